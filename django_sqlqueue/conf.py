@@ -1,0 +1,161 @@
+"""The ``SQLQUEUE`` settings dict, validated once and frozen.
+
+Every key is optional; defaults are the ``DEFAULT_*`` constants below. Durations are
+in seconds (int or float). :func:`get_settings` builds a frozen :class:`QueueSettings`
+lazily and the cache is cleared on Django's ``setting_changed`` signal, so
+``override_settings(SQLQUEUE=...)`` works in tests. :func:`validate` returns the list of
+problems; it feeds the system checks (``sqlqueue.E001``...) and raises
+:class:`~django_sqlqueue.exceptions.ConfigurationError` when a worker or ``publish()``
+reads an invalid configuration.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .exceptions import ConfigurationError
+
+#: Seconds a worker sleeps between polls while its partitions have work.
+DEFAULT_POLL_INTERVAL = 0.1
+#: Messages fetched per partition per poll (1 = strict serialization).
+DEFAULT_BATCH_SIZE = 10
+#: Seconds a delivered message stays invisible before it is redelivered.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: Deliveries of one message before it moves to the dead-letter topic.
+DEFAULT_MAX_ATTEMPTS = 5
+#: Seconds a partition lease stays valid without renewal.
+DEFAULT_LEASE_DURATION = 30.0
+#: Seconds between lease renewals (must be well below ``LEASE_DURATION``).
+DEFAULT_LEASE_RENEW_INTERVAL = 10.0
+#: Appended to a topic to name its dead-letter topic.
+DEFAULT_DLQ_SUFFIX = "_dlq"
+#: Largest accepted payload, measured as UTF-8 encoded JSON (256 KiB, as SQS).
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+#: Database alias the queue tables live in.
+DEFAULT_DATABASE = "default"
+
+#: Longest topic a publisher may use. The column is wider so the DLQ suffix fits.
+MAX_TOPIC_LENGTH = 128
+#: Longest DLQ suffix; ``MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH`` is the column width.
+MAX_DLQ_SUFFIX_LENGTH = 32
+#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``.
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The validated, typed view of ``settings.SQLQUEUE``."""
+
+    POLL_INTERVAL: float = DEFAULT_POLL_INTERVAL
+    BATCH_SIZE: int = DEFAULT_BATCH_SIZE
+    VISIBILITY_TIMEOUT: float = DEFAULT_VISIBILITY_TIMEOUT
+    MAX_ATTEMPTS: int = DEFAULT_MAX_ATTEMPTS
+    LEASE_DURATION: float = DEFAULT_LEASE_DURATION
+    LEASE_RENEW_INTERVAL: float = DEFAULT_LEASE_RENEW_INTERVAL
+    DLQ_SUFFIX: str = DEFAULT_DLQ_SUFFIX
+    MAX_PAYLOAD_BYTES: int = DEFAULT_MAX_PAYLOAD_BYTES
+    DATABASE: str = DEFAULT_DATABASE
+
+
+KNOWN_KEYS = frozenset(f.name for f in fields(QueueSettings))
+_DURATIONS = ("POLL_INTERVAL", "VISIBILITY_TIMEOUT", "LEASE_DURATION", "LEASE_RENEW_INTERVAL")
+_POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the configuration, with a stable check id."""
+
+    id: str
+    msg: str
+    hint: str = ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def validate(raw: Any) -> list[Problem]:
+    """Return every problem found in the raw ``SQLQUEUE`` value (empty when valid)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [Problem("sqlqueue.E001", f"SQLQUEUE must be a dict, not {type(raw).__name__}.")]
+    problems: list[Problem] = []
+    unknown = sorted(set(raw) - KNOWN_KEYS)
+    if unknown:
+        problems.append(
+            Problem(
+                "sqlqueue.E002",
+                f"SQLQUEUE has unknown key(s): {', '.join(map(str, unknown))}.",
+                hint=f"Known keys: {', '.join(sorted(KNOWN_KEYS))}.",
+            )
+        )
+    for key in _DURATIONS:
+        if key in raw and not (_is_number(raw[key]) and raw[key] > 0):
+            problems.append(
+                Problem("sqlqueue.E003", f"SQLQUEUE[{key!r}] must be a positive number of seconds, got {raw[key]!r}.")
+            )
+    for key in _POSITIVE_INTS:
+        if key in raw and not (isinstance(raw[key], int) and not isinstance(raw[key], bool) and raw[key] > 0):
+            problems.append(
+                Problem("sqlqueue.E004", f"SQLQUEUE[{key!r}] must be a positive integer, got {raw[key]!r}.")
+            )
+    if "DLQ_SUFFIX" in raw:
+        suffix = raw["DLQ_SUFFIX"]
+        if not (isinstance(suffix, str) and 0 < len(suffix) <= MAX_DLQ_SUFFIX_LENGTH and TOPIC_RE.match(suffix)):
+            problems.append(
+                Problem(
+                    "sqlqueue.E005",
+                    f"SQLQUEUE['DLQ_SUFFIX'] must be 1-{MAX_DLQ_SUFFIX_LENGTH} characters of "
+                    f"[A-Za-z0-9._-], got {suffix!r}.",
+                )
+            )
+    if "DATABASE" in raw:
+        alias = raw["DATABASE"]
+        if not isinstance(alias, str) or alias not in django_settings.DATABASES:
+            problems.append(
+                Problem(
+                    "sqlqueue.E006",
+                    f"SQLQUEUE['DATABASE'] is {alias!r}, which is not a key of settings.DATABASES.",
+                )
+            )
+    duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
+    renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
+    if _is_number(duration) and _is_number(renew) and renew >= duration:
+        problems.append(
+            Problem(
+                "sqlqueue.E007",
+                f"SQLQUEUE['LEASE_RENEW_INTERVAL'] ({renew}) must be shorter than "
+                f"SQLQUEUE['LEASE_DURATION'] ({duration}), or live leases expire between renewals.",
+                hint="Renew at most every LEASE_DURATION / 3 seconds.",
+            )
+        )
+    return problems
+
+
+@functools.cache
+def get_settings() -> QueueSettings:
+    """Return the validated queue settings; raise ``ConfigurationError`` if invalid."""
+    raw = getattr(django_settings, "SQLQUEUE", None) or {}
+    problems = validate(raw)
+    if problems:
+        raise ConfigurationError(" ".join(f"[{p.id}] {p.msg}" for p in problems))
+    values = dict(raw)
+    for key in _DURATIONS:
+        if key in values:
+            values[key] = float(values[key])
+    return QueueSettings(**values)
+
+
+@receiver(setting_changed)
+def _reset_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("SQLQUEUE", "DATABASES"):
+        get_settings.cache_clear()

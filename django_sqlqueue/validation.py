@@ -1,0 +1,158 @@
+"""Checks on names and messages, run before anything touches the database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from .conf import MAX_TOPIC_LENGTH, TOPIC_RE
+from .exceptions import InvalidMessage, PayloadTooLarge
+from .models import CONSUMER_GROUP_LENGTH, MESSAGE_ID_LENGTH, PARTITION_KEY_LENGTH
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Keys a ``publish_many`` message dict may have.
+MESSAGE_KEYS = frozenset({"payload", "partition_key", "id", "metadata", "delay", "deliver_at"})
+
+
+def validate_topic(topic: Any, *, what: str = "topic", max_length: int = MAX_TOPIC_LENGTH) -> str:
+    """Return ``topic`` if it is 1..max_length characters of ``[A-Za-z0-9._-]``."""
+    if not isinstance(topic, str):
+        raise InvalidMessage(f"{what} must be a str, got {type(topic).__name__}.")
+    if not topic:
+        raise InvalidMessage(f"{what} must not be empty.")
+    if len(topic) > max_length:
+        raise InvalidMessage(f"{what} is {len(topic)} characters long; the maximum is {max_length}.")
+    if not TOPIC_RE.match(topic):
+        raise InvalidMessage(
+            f"{what} {topic!r} has characters outside [A-Za-z0-9._-] (ASCII letters, digits, '.', '_', '-')."
+        )
+    return topic
+
+
+def validate_group(group: Any) -> str:
+    """Return a consumer group name (same rules as topics)."""
+    return validate_topic(group, what="consumer group", max_length=CONSUMER_GROUP_LENGTH)
+
+
+def _validate_key(value: Any, what: str, max_length: int, *, allow_empty: bool) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{what} must be a str, got {type(value).__name__}.")
+    if not value and not allow_empty:
+        raise InvalidMessage(f"{what} must not be empty.")
+    if len(value) > max_length:
+        raise InvalidMessage(f"{what} is {len(value)} characters long; the maximum is {max_length}.")
+    if value != value.strip():
+        # MySQL's PAD SPACE collations compare 'a' and 'a ' equal: refuse the ambiguity.
+        raise InvalidMessage(f"{what} {value!r} must not start or end with whitespace.")
+    if _CONTROL.search(value):
+        raise InvalidMessage(f"{what} {value!r} must not contain control characters.")
+    return value
+
+
+def validate_partition_key(key: Any) -> str:
+    """Return ``key``: a str of at most 128 characters ("" is the default partition)."""
+    return _validate_key(key, "partition_key", PARTITION_KEY_LENGTH, allow_empty=True)
+
+
+def validate_message_id(message_id: Any) -> str:
+    """Return the message id as a str (ints are accepted and converted)."""
+    if isinstance(message_id, int) and not isinstance(message_id, bool):
+        message_id = str(message_id)
+    return _validate_key(message_id, "id", MESSAGE_ID_LENGTH, allow_empty=False)
+
+
+def new_message_id() -> str:
+    """Return a fresh unique message id."""
+    return uuid.uuid4().hex
+
+
+def encode_json(value: Any, what: str) -> str:
+    """Serialize ``value`` as compact JSON (Decimal, datetime, UUID become strings)."""
+    try:
+        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"{what} is not JSON-serializable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PreparedMessage:
+    """A validated message, ready to insert."""
+
+    partition_key: str
+    id: str
+    payload_json: str
+    metadata_json: str
+    #: Seconds after the database's "now" (``delay``), or None.
+    delay: float | None
+    #: Absolute delivery time (``deliver_at``), or None.
+    deliver_at: dt.datetime | None
+    explicit_id: bool
+
+
+def prepare_message(
+    payload: Any,
+    *,
+    partition_key: Any = "",
+    id: Any = None,
+    metadata: Any = None,
+    delay: Any = None,
+    deliver_at: Any = None,
+    max_payload_bytes: int,
+    position: str = "",
+) -> PreparedMessage:
+    """Validate one message; raise :class:`InvalidMessage` naming the problem."""
+    where = f"{position}: " if position else ""
+    try:
+        key = validate_partition_key(partition_key)
+        explicit = id is not None
+        message_id = validate_message_id(id) if explicit else new_message_id()
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            raise InvalidMessage(f"metadata must be a dict, got {type(metadata).__name__}.")
+        payload_json = encode_json(payload, "payload")
+        metadata_json = encode_json(metadata, "metadata")
+        size = len(payload_json.encode()) + len(metadata_json.encode())
+        if size > max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload and metadata are {size} bytes as JSON; SQLQUEUE['MAX_PAYLOAD_BYTES'] is {max_payload_bytes}."
+            )
+        if delay is not None and deliver_at is not None:
+            raise InvalidMessage("pass either delay or deliver_at, not both.")
+        seconds: float | None = None
+        if delay is not None:
+            if isinstance(delay, dt.timedelta):
+                seconds = delay.total_seconds()
+            elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+                seconds = float(delay)
+            else:
+                raise InvalidMessage(f"delay must be seconds (int/float) or a timedelta, got {type(delay).__name__}.")
+            if not seconds >= 0:  # also rejects NaN
+                raise InvalidMessage(f"delay must not be negative, got {delay!r}.")
+        if deliver_at is not None:
+            if not isinstance(deliver_at, dt.datetime):
+                raise InvalidMessage(f"deliver_at must be a datetime, got {type(deliver_at).__name__}.")
+            if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+                raise InvalidMessage(
+                    f"deliver_at {deliver_at.isoformat()} is naive; pass an aware datetime "
+                    "(e.g. django.utils.timezone.now() + timedelta(...))."
+                )
+    except InvalidMessage as exc:
+        if where:
+            raise type(exc)(f"{where}{exc}") from exc.__cause__
+        raise
+    return PreparedMessage(
+        partition_key=key,
+        id=message_id,
+        payload_json=payload_json,
+        metadata_json=metadata_json,
+        delay=seconds,
+        deliver_at=deliver_at.astimezone(dt.timezone.utc) if deliver_at is not None else None,
+        explicit_id=explicit,
+    )

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from django_sqlqueue.models import Message
+
+
+@pytest.fixture
+def count_messages() -> Callable[..., int]:
+    """Count stored messages, optionally filtered (reads on this thread's connection)."""
+
+    def count(**filters: Any) -> int:
+        return Message.objects.filter(**filters).count()
+
+    return count
+
+
+class Worker(threading.Thread):
+    """A thread with its own database connection; re-raises its exception on join."""
+
+    def __init__(self, target: Callable[[], Any], name: str = "") -> None:
+        super().__init__(name=name or None, daemon=True)
+        self._target_fn = target
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self._target_fn()
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+        finally:
+            connections.close_all()
+
+    def join_ok(self, timeout: float = 30) -> Any:
+        self.join(timeout)
+        assert not self.is_alive(), f"thread {self.name} did not finish in {timeout}s"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Worker]]:
+    """Start a function on a thread with its own connection."""
+    started: list[Worker] = []
+
+    def start(target: Callable[[], Any], name: str = "") -> Worker:
+        worker = Worker(target, name)
+        worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.join(30)

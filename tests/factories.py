@@ -1,0 +1,75 @@
+"""One factory per queue model (rows written through the ORM, as an operator would)."""
+
+from __future__ import annotations
+
+import factory
+from django.utils import timezone
+
+from django_sqlqueue import models
+
+
+class MessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Message
+
+    topic = "factory.topic"
+    partition_key = factory.Sequence(lambda n: f"key-{n % 4}")
+    id = factory.Sequence(lambda n: f"msg-{n}")
+    payload = factory.Sequence(lambda n: {"n": n})
+    metadata = factory.LazyFunction(dict)
+    deliver_at = factory.LazyFunction(timezone.now)
+    created_at = factory.LazyFunction(timezone.now)
+    published_at = factory.LazyFunction(timezone.now)
+
+
+class PartitionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Partition
+
+    topic = "factory.topic"
+    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    head_offset = 0
+
+
+class DeliveryStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.DeliveryState
+
+    consumer_group = "billing"
+    topic = "factory.topic"
+    partition_key = "key-0"
+    message_offset = factory.Sequence(lambda n: n + 1)
+    invisible_until = factory.LazyFunction(timezone.now)
+
+
+class PartitionLeaseFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.PartitionLease
+
+    consumer_group = "billing"
+    topic = "factory.topic"
+    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    leased_by = "worker-1"
+    leased_at = factory.LazyFunction(timezone.now)
+    lease_renewed_at = factory.LazyFunction(timezone.now)
+
+
+class ConsumerOffsetFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.ConsumerOffset
+
+    consumer_group = "billing"
+    topic = "factory.topic"
+    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    offset_acked = 0
+    updated_at = factory.LazyFunction(timezone.now)
+
+
+class SubscriberHeartbeatFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.SubscriberHeartbeat
+
+    consumer_group = "billing"
+    topic = "factory.topic"
+    subscriber_name = factory.Sequence(lambda n: f"host:{1000 + n}")
+    heartbeat_at = factory.LazyFunction(timezone.now)

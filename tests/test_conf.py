@@ -1,0 +1,76 @@
+"""The SQLQUEUE settings dict and its system checks."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from django_sqlqueue import ConfigurationError, SQLQueueError, publish
+from django_sqlqueue.conf import DEFAULT_BATCH_SIZE, QueueSettings, get_settings
+
+
+def sqlqueue_errors(**extra) -> list[str]:
+    return [m.id for m in checks.run_checks(tags=["sqlqueue"]) if m.id.startswith("sqlqueue.")]
+
+
+def test_defaults():
+    with override_settings(SQLQUEUE={}):
+        conf = get_settings()
+    assert conf == QueueSettings()
+    assert conf.BATCH_SIZE == DEFAULT_BATCH_SIZE == 10
+    assert conf.DLQ_SUFFIX == "_dlq"
+    assert conf.MAX_PAYLOAD_BYTES == 256 * 1024
+    assert conf.DATABASE == "default"
+
+
+def test_override_is_picked_up_and_durations_are_floats():
+    with override_settings(SQLQUEUE={"BATCH_SIZE": 100, "LEASE_DURATION": 45}):
+        assert get_settings().BATCH_SIZE == 100
+        assert get_settings().LEASE_DURATION == 45.0
+    assert get_settings().BATCH_SIZE == DEFAULT_BATCH_SIZE
+
+
+@pytest.mark.parametrize(
+    ("value", "check_id"),
+    [
+        ("nope", "sqlqueue.E001"),
+        ({"BATCH_SIZ": 5}, "sqlqueue.E002"),
+        ({"POLL_INTERVAL": 0}, "sqlqueue.E003"),
+        ({"VISIBILITY_TIMEOUT": "30"}, "sqlqueue.E003"),
+        ({"MAX_ATTEMPTS": 0}, "sqlqueue.E004"),
+        ({"BATCH_SIZE": 2.5}, "sqlqueue.E004"),
+        ({"MAX_PAYLOAD_BYTES": True}, "sqlqueue.E004"),
+        ({"DLQ_SUFFIX": ""}, "sqlqueue.E005"),
+        ({"DLQ_SUFFIX": "/dead"}, "sqlqueue.E005"),
+        ({"DATABASE": "missing"}, "sqlqueue.E006"),
+        ({"LEASE_DURATION": 10, "LEASE_RENEW_INTERVAL": 10}, "sqlqueue.E007"),
+    ],
+)
+def test_invalid_settings_are_reported_by_checks_and_refused(value, check_id):
+    with override_settings(SQLQUEUE=value):
+        assert check_id in sqlqueue_errors()
+        with pytest.raises(ConfigurationError, match=check_id):
+            get_settings()
+        with pytest.raises(SQLQueueError):
+            publish("t", 1)  # refused before touching the database
+
+
+def test_unknown_key_message_names_the_key():
+    with override_settings(SQLQUEUE={"BATCH_SIZ": 5}):
+        (error,) = [m for m in checks.run_checks(tags=["sqlqueue"]) if m.id == "sqlqueue.E002"]
+    assert "BATCH_SIZ" in error.msg and "BATCH_SIZE" in error.hint
+
+
+def test_valid_project_settings_pass_checks():
+    assert sqlqueue_errors() == []
+
+
+def test_mysql_connection_without_read_committed_warns(settings):
+    from django.db import connections
+
+    if connections["default"].vendor != "mysql":
+        pytest.skip("MySQL-only check")
+    databases = {"default": {**settings.DATABASES["default"], "OPTIONS": {"charset": "utf8mb4"}}}
+    with override_settings(DATABASES=databases):
+        assert "sqlqueue.W001" in sqlqueue_errors()
