@@ -14,8 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .exceptions import ConfigurationError, InvalidMessage, PayloadTooLarge, SQLQueueError, UnsupportedDatabase
-    from .publisher import publish, publish_many
+    from .exceptions import ConfigurationError, InvalidMessage, PayloadTooLarge, SQLQueueError, UnsupportedDatabase  # noqa: F401
+    from .publisher import publish, publish_many  # noqa: F401
 
 __version__ = "0.1.0"
 

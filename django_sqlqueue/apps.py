@@ -9,5 +9,7 @@ class SQLQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from . import conf  # noqa: F401  (connects setting_changed)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            conf,  # noqa: F401  (connects setting_changed)
+        )

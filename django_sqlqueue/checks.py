@@ -25,7 +25,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register("sqlqueue")
 def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     raw = getattr(settings, "SQLQUEUE", None) or {}
-    alias = raw.get("DATABASE", conf.DEFAULT_DATABASE)
+    alias = raw.get("DATABASE", conf.DEFAULT_DATABASE) if isinstance(raw, dict) else conf.DEFAULT_DATABASE
     if alias not in settings.DATABASES:
         return []  # reported by sqlqueue.E006
     connection = connections[alias]
@@ -39,7 +39,7 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
             )
         )
     if connection.vendor == "mysql":
-        level = (connection.settings_dict.get("OPTIONS") or {}).get("isolation_level")
+        level = (settings.DATABASES[alias].get("OPTIONS") or {}).get("isolation_level")
         if (level or "").lower() != "read committed":
             messages.append(
                 checks.Warning(

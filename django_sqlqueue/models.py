@@ -33,14 +33,18 @@ SUBSCRIBER_NAME_LENGTH = 255
 class Message(models.Model):
     """One message of the log.
 
-    ``offset`` is the global AUTO_INCREMENT key of the RFC. Within one partition, offsets
-    increase in commit order because publishers of a partition serialize on its
-    :class:`Partition` row (see ``publisher.py``); across partitions they carry no order.
+    ``offset`` numbers the messages of one partition 1, 2, 3, ... in commit order: it is
+    handed out from the partition's :class:`Partition` head row, whose row lock the
+    publishing transaction holds until it ends (see ``publisher.py``). Offsets of
+    different partitions are unrelated. The primary key (topic, partition_key, offset)
+    clusters each partition's messages together in offset order, which is exactly the
+    consumer's fetch.
     """
 
-    offset = models.BigAutoField(primary_key=True)
+    pk = models.CompositePrimaryKey("topic", "partition_key", "offset")
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
     partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
+    offset = models.BigIntegerField()
     id = models.CharField(max_length=MESSAGE_ID_LENGTH)
     payload = models.JSONField()
     metadata = models.JSONField(default=dict, blank=True)
@@ -58,11 +62,7 @@ class Message(models.Model):
 
     class Meta:
         db_table = "queue_messages"
-        ordering = ["offset"]
-        indexes = [
-            # The fetch: WHERE topic=? AND partition_key=? AND offset > ? ORDER BY offset.
-            models.Index(fields=["topic", "partition_key", "offset"], name="queue_msg_partition_offset"),
-        ]
+        # The RFC's (topic, partition_key, offset) index is the primary key itself.
         constraints = [
             # Idempotent publish: one (topic, partition_key, id) is stored at most once.
             models.UniqueConstraint(fields=["topic", "partition_key", "id"], name="queue_msg_unique_id"),
@@ -78,12 +78,12 @@ class Message(models.Model):
 
 
 class Partition(models.Model):
-    """The head row of a partition: the registry of partitions and their head offset.
+    """The head row of a partition: its offset counter and the registry of partitions.
 
-    ``head_offset`` is the highest offset published to the partition. ``publish()``
-    updates it first thing in the caller's transaction: the row lock it takes is held
-    until commit, so a later publisher of the same partition waits and gets a higher
-    offset that also commits later.
+    ``head_offset`` is the highest offset handed out in the partition. ``publish()``
+    increments it first thing in the caller's transaction: the row lock this takes is
+    held until that transaction ends, so a later publisher of the same partition waits,
+    then gets the next offsets, and commits after it.
     """
 
     pk = models.CompositePrimaryKey("topic", "partition_key")

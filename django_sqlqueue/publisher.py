@@ -4,13 +4,15 @@ A publish writes on the caller's connection and joins the caller's transaction: 
 caller's ``atomic()`` block rolls back, the message never existed; if it commits, the
 message is there. Outside a transaction the publish commits on return.
 
-Ordering: each partition has a head row in ``queue_partitions``. A publish locks the
-head rows of its partitions first (sorted, see ``Dialect.lock_partitions``), inserts
-its messages and records the new head offset. The lock is held until the caller's
-transaction ends, so the next publisher of the partition inserts -- and is given its
-AUTO_INCREMENT offset -- only after this one committed or rolled back. Offsets within a
-partition therefore increase in commit order, and a consumer that reads
-``offset > watermark`` can never skip a message that commits late. The price: a long
+Ordering: each partition has a head row in ``queue_partitions`` holding its offset
+counter. A publish first increments the counters of its partitions (in sorted order,
+see ``Dialect.allocate``), which locks those rows until the caller's transaction ends,
+then inserts its messages with the offsets it reserved. The next publisher of the
+partition gets its offsets only after this transaction committed or rolled back (a
+rollback also undoes the increment, so offsets stay dense). Offsets within a partition
+therefore increase in commit order, and a consumer that reads ``offset > watermark`` can
+never skip a message that commits late -- unlike AUTO_INCREMENT, whose values are handed
+out at insert time but become visible at commit. The price: a long
 transaction that published to a partition blocks other publishers of that partition
 until it ends. Keep publishing transactions short.
 
@@ -23,14 +25,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
+from django.db.models.base import ModelState
 
 from .conf import get_settings
 from .dialects import get_dialect
+from .dialects.base import MessageRow
 from .exceptions import InvalidMessage
 from .models import Message
 from .validation import MESSAGE_KEYS, PreparedMessage, prepare_message, validate_topic
@@ -108,77 +115,102 @@ def write_messages(topic: str, messages: list[PreparedMessage], *, using: str) -
     """Store validated messages (the engine behind publish/publish_many)."""
     connection = connections[using]
     dialect = get_dialect(connection)
-    # savepoint=False: join the caller's transaction without a savepoint round trip;
-    # in autocommit mode this opens (and commits) a transaction of its own, which the
-    # head-row lock needs to last until the insert is visible.
-    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-        keys = sorted({m.partition_key for m in messages})
-        heads, now = dialect.lock_partitions(cursor, topic, keys)
+    with _in_transaction(connection, dialect.begin_sql) as cursor:
+        counts = Counter(m.partition_key for m in messages)
+        heads = dialect.allocate(cursor, topic, counts)
+        next_offset = {key: heads[key] - count + 1 for key, count in counts.items()}
 
-        existing = _load_existing(using, topic, [(m.partition_key, m.id) for m in messages if m.explicit_id])
-        stored: dict[tuple[str, str], Message] = dict(existing)
-        new: list[PreparedMessage] = []
+        stored: dict[tuple[str, str], Message | None] = dict(
+            _load_existing(using, topic, [(m.partition_key, m.id) for m in messages if m.explicit_id])
+        )
+        rows: list[MessageRow] = []
         for m in messages:
-            if (m.partition_key, m.id) not in stored:
-                stored[(m.partition_key, m.id)] = None  # type: ignore[assignment] # filled below
-                new.append(m)
-        if new:
-            ts = dialect.adapt_datetime(now)
-            deliver = [_deliver_at(m, now) for m in new]
-            rows = [
-                (
-                    topic,
-                    m.partition_key,
-                    m.id,
-                    m.payload_json,
-                    m.metadata_json,
-                    dialect.adapt_datetime(when),
-                    None,
-                    0,
-                    "",
-                    "",
-                    ts,
-                    ts,
-                )
-                for m, when in zip(new, deliver)
-            ]
-            single = dialect.insert_messages(cursor, rows)
-            if single is not None:
-                offsets = {new[0].partition_key: [single]}
-            else:
-                offsets = dialect.read_new_offsets(
-                    cursor, topic, {m.partition_key: heads[m.partition_key] for m in new}
-                )
-            dialect.set_heads(cursor, topic, {key: offs[-1] for key, offs in offsets.items()})
-            positions = {key: iter(offs) for key, offs in offsets.items()}
-            for m, when in zip(new, deliver):
-                message = Message(
-                    offset=next(positions[m.partition_key]),
-                    topic=topic,
+            if (m.partition_key, m.id) in stored:
+                continue  # published before, or earlier in this batch
+            stored[(m.partition_key, m.id)] = None
+            rows.append(
+                MessageRow(
                     partition_key=m.partition_key,
+                    offset=next_offset[m.partition_key],
                     id=m.id,
-                    payload=json.loads(m.payload_json),
-                    metadata=json.loads(m.metadata_json),
-                    deliver_at=when,
-                    failed_at=None,
-                    failure_count=0,
-                    last_error="",
-                    original_topic="",
-                    created_at=now,
-                    published_at=now,
+                    payload_json=m.payload_json,
+                    metadata_json=m.metadata_json,
+                    deliver_at=m.deliver_at,
+                    delay_us=round(m.delay * 1_000_000) if m.delay else 0,
                 )
-                message._state.adding = False
-                message._state.db = using
-                stored[(m.partition_key, m.id)] = message
-    return [stored[(m.partition_key, m.id)] for m in messages]
+            )
+            next_offset[m.partition_key] += 1
+        # Duplicates leave reserved offsets unused: give them back so offsets stay dense.
+        unused = {key: heads[key] + 1 - nxt for key, nxt in next_offset.items() if nxt <= heads[key]}
+        if unused:
+            dialect.release(cursor, topic, unused)
+        if rows:
+            dialect.insert_messages(cursor, topic, rows)
+    for row in rows:
+        stored[(row.partition_key, row.id)] = _as_message(using, topic, row)
+    return [stored[(m.partition_key, m.id)] for m in messages]  # type: ignore[misc]
 
 
-def _deliver_at(message: PreparedMessage, now: dt.datetime) -> dt.datetime:
-    if message.deliver_at is not None:
-        return message.deliver_at
-    if message.delay:
-        return now + dt.timedelta(seconds=message.delay)
-    return now
+@contextmanager
+def _in_transaction(connection: BaseDatabaseWrapper, begin_sql: str) -> Iterator[Any]:
+    """Yield a cursor inside the caller's transaction, or inside one of our own.
+
+    In a transaction, join it without a savepoint (a savepoint costs two round trips
+    and the caller's rollback undoes our writes anyway). In autocommit mode, the
+    head-row lock must last until the messages are visible, so wrap the writes in a
+    transaction: an explicit BEGIN ... COMMIT costs one round trip fewer than
+    ``atomic()``, which switches autocommit off and on again.
+    """
+    if connection.in_atomic_block or not connection.get_autocommit():
+        with transaction.atomic(using=connection.alias, savepoint=False), connection.cursor() as cursor:
+            yield cursor
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(begin_sql)
+        try:
+            yield cursor
+        except BaseException:
+            try:
+                cursor.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+            raise
+        cursor.execute("COMMIT")
+
+
+def _decode(text: str) -> Any:
+    return {} if text == "{}" else json.loads(text)
+
+
+def _as_message(using: str, topic: str, row: MessageRow) -> Message:
+    """Build the stored message without reading it back.
+
+    The times were set by the database clock, so they are left out: Django treats
+    attributes missing from ``__dict__`` as deferred fields and loads ``created_at``,
+    ``published_at`` or a delayed ``deliver_at`` on first access. Skipping
+    ``Model.__init__`` (as ``QuerySet`` iteration's ``from_db`` would not) keeps large
+    batches cheap; no ``pre_init``/``post_init`` signal is sent.
+    """
+    message = Message.__new__(Message)
+    values = message.__dict__
+    values.update(
+        _state=ModelState(),
+        topic=topic,
+        partition_key=row.partition_key,
+        offset=row.offset,
+        id=row.id,
+        payload=_decode(row.payload_json),
+        metadata=_decode(row.metadata_json),
+        failed_at=None,
+        failure_count=0,
+        last_error="",
+        original_topic="",
+    )
+    if row.deliver_at is not None:
+        values["deliver_at"] = row.deliver_at
+    message._state.adding = False
+    message._state.db = using
+    return message
 
 
 def _load_existing(using: str, topic: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Message]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
+import os
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +67,17 @@ def validate_message_id(message_id: Any) -> str:
 
 
 def new_message_id() -> str:
-    """Return a fresh unique message id."""
-    return uuid.uuid4().hex
+    """Return a fresh unique message id: 128 random bits as 32 hex digits (as uuid4)."""
+    return os.urandom(16).hex()
+
+
+_ENCODER = DjangoJSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def encode_json(value: Any, what: str) -> str:
     """Serialize ``value`` as compact JSON (Decimal, datetime, UUID become strings)."""
     try:
-        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{what} is not JSON-serializable: {exc}") from exc
 
@@ -112,12 +114,13 @@ def prepare_message(
         key = validate_partition_key(partition_key)
         explicit = id is not None
         message_id = validate_message_id(id) if explicit else new_message_id()
-        if metadata is None:
-            metadata = {}
-        if not isinstance(metadata, dict):
+        if metadata is None or metadata == {}:
+            metadata_json = "{}"
+        elif isinstance(metadata, dict):
+            metadata_json = encode_json(metadata, "metadata")
+        else:
             raise InvalidMessage(f"metadata must be a dict, got {type(metadata).__name__}.")
         payload_json = encode_json(payload, "payload")
-        metadata_json = encode_json(metadata, "metadata")
         size = len(payload_json.encode()) + len(metadata_json.encode())
         if size > max_payload_bytes:
             raise PayloadTooLarge(

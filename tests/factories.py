@@ -14,6 +14,7 @@ class MessageFactory(factory.django.DjangoModelFactory):
 
     topic = "factory.topic"
     partition_key = factory.Sequence(lambda n: f"key-{n % 4}")
+    offset = factory.Sequence(lambda n: n + 1)
     id = factory.Sequence(lambda n: f"msg-{n}")
     payload = factory.Sequence(lambda n: {"n": n})
     metadata = factory.LazyFunction(dict)

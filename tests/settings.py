@@ -6,7 +6,7 @@ the local MariaDB that ``.ci/test`` starts.
 
 import os
 
-os.environ.setdefault("DATABASE_URL", "mysql://root@127.0.0.1:3306/sqlqueue")
+os.environ.setdefault("DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue")
 
 from testproject.settings import *  # noqa: E402,F401,F403
 

@@ -66,6 +66,7 @@ def test_valid_project_settings_pass_checks():
     assert sqlqueue_errors() == []
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_mysql_connection_without_read_committed_warns(settings):
     from django.db import connections
 

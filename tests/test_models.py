@@ -13,20 +13,44 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 EXPECTED_COLUMNS = {
     "queue_messages": {
-        "offset", "topic", "partition_key", "id", "payload", "metadata", "failed_at", "failure_count",
-        "last_error", "original_topic", "created_at", "published_at", "deliver_at",
+        "offset",
+        "topic",
+        "partition_key",
+        "id",
+        "payload",
+        "metadata",
+        "failed_at",
+        "failure_count",
+        "last_error",
+        "original_topic",
+        "created_at",
+        "published_at",
+        "deliver_at",
     },
     "queue_delivery_state": {
-        "consumer_group", "topic", "partition_key", "message_offset", "acked", "invisible_until", "retry_count",
+        "consumer_group",
+        "topic",
+        "partition_key",
+        "message_offset",
+        "acked",
+        "invisible_until",
+        "retry_count",
     },
-    "queue_partition_leases": {"consumer_group", "topic", "partition_key", "leased_by", "leased_at", "lease_renewed_at"},
+    "queue_partition_leases": {
+        "consumer_group",
+        "topic",
+        "partition_key",
+        "leased_by",
+        "leased_at",
+        "lease_renewed_at",
+    },
     "queue_offsets": {"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
     "queue_subscriber_heartbeats": {"consumer_group", "topic", "subscriber_name", "heartbeat_at", "deregistered_at"},
     "queue_partitions": {"topic", "partition_key", "head_offset", "created_at"},
 }
 
 EXPECTED_PRIMARY_KEYS = {
-    "queue_messages": ["offset"],
+    "queue_messages": ["topic", "partition_key", "offset"],
     "queue_delivery_state": ["consumer_group", "topic", "partition_key", "message_offset"],
     "queue_partition_leases": ["consumer_group", "topic", "partition_key"],
     "queue_offsets": ["consumer_group", "topic", "partition_key"],
@@ -79,7 +103,7 @@ def test_composite_keys_round_trip_through_the_orm():
     offset = factories.ConsumerOffsetFactory(partition_key="p1", offset_acked=41)
     state = factories.DeliveryStateFactory(message_offset=7, retry_count=2)
     heartbeat = factories.SubscriberHeartbeatFactory(subscriber_name="host:1")
-    partition = factories.PartitionFactory(partition_key="p1", head_offset=3)
+    factories.PartitionFactory(partition_key="p1", head_offset=3)
     assert models.PartitionLease.objects.get(pk=("billing", "factory.topic", "p1")).leased_by == lease.leased_by
     assert models.ConsumerOffset.objects.get(pk=offset.pk).offset_acked == 41
     assert models.DeliveryState.objects.get(pk=state.pk).retry_count == 2

@@ -86,7 +86,8 @@ def test_republishing_an_id_is_a_noop_returning_the_original():
     # The same id in another partition or topic is another message.
     other_key = publish("t", {"v": 3}, partition_key="q", id="evt-1")
     other_topic = publish("u", {"v": 4}, partition_key="p", id="evt-1")
-    assert len({first.offset, other_key.offset, other_topic.offset}) == 3
+    assert len({first.pk, other_key.pk, other_topic.pk}) == 3
+    assert other_key.offset == other_topic.offset == 1  # offsets count per partition
 
 
 def test_republish_inside_same_transaction_is_a_noop():
@@ -138,7 +139,10 @@ def test_publish_many_all_duplicates_writes_nothing():
 def test_publish_many_large_batch_spans_statements():
     messages = publish_many("big", ({"payload": {"n": i}, "partition_key": f"p{i % 7}"} for i in range(3000)))
     assert len(messages) == 3000 == Message.objects.filter(topic="big").count()
-    assert len({m.offset for m in messages}) == 3000
+    assert len({m.pk for m in messages}) == 3000
+    for key in {m.partition_key for m in messages}:
+        offsets = [m.offset for m in messages if m.partition_key == key]
+        assert offsets == list(range(1, len(offsets) + 1))  # dense, in input order
     assert Partition.objects.filter(topic="big").count() == 7
 
 
@@ -172,10 +176,32 @@ def test_partition_keys_compare_exactly():
     a = publish("t", 1, partition_key="Key", id="same")
     b = publish("t", 2, partition_key="key", id="same")
     c = publish("t", 3, partition_key="kéy", id="same")
-    assert len({a.offset, b.offset, c.offset}) == 3
+    assert len({a.pk, b.pk, c.pk}) == 3
     assert Partition.objects.filter(topic="t").count() == 3
 
 
 def test_publish_on_explicit_database_alias():
     message = publish("t", "x", using="default")
     assert message._state.db == "default"
+
+
+def test_offsets_are_dense_per_partition_even_after_rollbacks_and_duplicates():
+    publish("t", 1, partition_key="p")
+    with pytest.raises(ZeroDivisionError):
+        with transaction.atomic():
+            publish("t", 2, partition_key="p")
+            raise ZeroDivisionError
+    publish("t", 3, partition_key="p", id="x")
+    publish_many("t", [{"payload": 4, "partition_key": "p", "id": "x"}, {"payload": 5, "partition_key": "p"}])
+    assert list(Message.objects.filter(partition_key="p").values_list("offset", "payload")) == [(1, 1), (2, 3), (3, 5)]
+    assert Partition.objects.get(partition_key="p").head_offset == 3
+
+
+def test_returned_times_come_from_the_database_clock():
+    message = publish("t", "x", delay=5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT UTC_TIMESTAMP(6)" if connection.vendor == "mysql" else "SELECT CURRENT_TIMESTAMP")
+        db_now = cursor.fetchone()[0]
+    db_now = db_now.replace(tzinfo=dt.timezone.utc) if db_now.tzinfo is None else db_now
+    assert abs((message.published_at - db_now).total_seconds()) < 5
+    assert message.deliver_at - message.published_at == dt.timedelta(seconds=5)

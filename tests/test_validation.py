@@ -61,8 +61,11 @@ def test_bad_id(message_id, error):
 
 @pytest.mark.parametrize(
     ("payload", "error"),
-    [({"s": {1, 2}}, "payload is not JSON-serializable"), (float("nan"), "payload is not JSON-serializable"),
-     (object(), "payload is not JSON-serializable")],
+    [
+        ({"s": {1, 2}}, "payload is not JSON-serializable"),
+        (float("nan"), "payload is not JSON-serializable"),
+        (object(), "payload is not JSON-serializable"),
+    ],
 )
 def test_payload_not_json(payload, error):
     with pytest.raises(InvalidMessage, match=error):

@@ -1,18 +1,19 @@
-"""The dialect interface and the SQL that is the same on every database."""
+"""The dialect interface and the SQL shared by every database."""
 
 from __future__ import annotations
 
 import datetime as dt
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-#: Columns written by ``publish()``, in the order of :meth:`Dialect.insert_messages` rows.
-MESSAGE_INSERT_COLUMNS = (
+#: Columns written when a message is stored, in statement order.
+MESSAGE_COLUMNS = (
     "topic",
     "partition_key",
+    "offset",
     "id",
     "payload",
     "metadata",
@@ -25,150 +26,134 @@ MESSAGE_INSERT_COLUMNS = (
     "published_at",
 )
 
-#: Keep one IN (...) / OR list within reasonable statement sizes.
-MAX_KEYS_PER_STATEMENT = 500
+#: Rows per multi-row INSERT, and the payload bytes after which a statement is cut
+#: (well under the 16 MiB default ``max_allowed_packet``).
+MAX_ROWS_PER_INSERT = 500
+MAX_BYTES_PER_INSERT = 4 * 1024 * 1024
 
 
-def chunks(items: Sequence[Any], size: int = MAX_KEYS_PER_STATEMENT) -> list[Sequence[Any]]:
-    """Split ``items`` into consecutive slices of at most ``size``."""
-    return [items[i : i + size] for i in range(0, len(items), size)]
+@dataclass(frozen=True)
+class MessageRow:
+    """One message to insert, with its offset already allocated."""
+
+    partition_key: str
+    offset: int
+    id: str
+    payload_json: str
+    metadata_json: str
+    #: Absolute delivery time, or None for "database now + delay_us".
+    deliver_at: dt.datetime | None = None
+    delay_us: int = 0
+    # Dead-letter fields (see the DLQ move): failed_at is set to the database's now.
+    failed: bool = False
+    failure_count: int = 0
+    last_error: str = ""
+    original_topic: str = ""
+    #: Creation time to keep (a dead letter keeps its original's), or None for now.
+    created_at: dt.datetime | None = None
 
 
-class Dialect(ABC):
+def _statements(rows: Sequence[MessageRow]) -> Iterator[Sequence[MessageRow]]:
+    """Cut rows into statements of bounded row count and size."""
+    start, size = 0, 0
+    for index, row in enumerate(rows):
+        size += len(row.payload_json) + len(row.metadata_json) + len(row.last_error)
+        if index - start >= MAX_ROWS_PER_INSERT or (size > MAX_BYTES_PER_INSERT and index > start):
+            yield rows[start:index]
+            start, size = index, len(row.payload_json) + len(row.metadata_json) + len(row.last_error)
+    if start < len(rows):
+        yield rows[start:]
+
+
+class Dialect:
     """SQL for one database vendor.
 
-    Subclasses override the class attributes (SQL fragments) and, where a vendor has a
-    better statement, the methods.
+    Subclasses set the SQL fragments below and override methods where the vendor has
+    a better statement. Times always come from the database clock (``now_sql``).
     """
 
-    #: Expression for the database's current UTC time, or None to use Python's clock
-    #: (SQLite, whose clock *is* the process clock).
-    now_sql: str | None = None
-    #: Suffix that turns a SELECT into a locking read ("" where the database locks whole).
-    for_update = " FOR UPDATE"
-    #: Placeholder for a JSON parameter passed as text.
+    #: The database's current UTC time, constant within one statement.
+    now_sql = "CURRENT_TIMESTAMP"
+    #: ``now_sql`` plus a number of microseconds given as one parameter.
+    now_plus_us_sql = "CURRENT_TIMESTAMP"
+    #: Starts a transaction explicitly while the connection is in autocommit mode.
+    begin_sql = "BEGIN"
     json_placeholder = "%s"
+    datetime_placeholder = "%s"
+    bool_placeholder = "%s"
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
         self.qn = connection.ops.quote_name
 
-    # -- values -------------------------------------------------------------------
-
     def adapt_datetime(self, value: dt.datetime | None) -> Any:
-        """Convert an aware datetime to the driver parameter Django would send."""
+        """Convert an aware datetime to the parameter Django would send."""
         return self.connection.ops.adapt_datetimefield_value(value)
-
-    def parse_datetime(self, value: Any) -> dt.datetime:
-        """Convert a datetime read by raw SQL to an aware UTC datetime."""
-        if isinstance(value, str):
-            value = dt.datetime.fromisoformat(value)
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return value
 
     # -- partition head rows ------------------------------------------------------
 
-    def _select_heads(self, cursor: Any, topic: str, keys: Sequence[str]) -> tuple[dict[str, int], Any]:
-        now = self.now_sql or "NULL"
-        placeholders = ", ".join(["%s"] * len(keys))
-        cursor.execute(
-            f"SELECT partition_key, head_offset, {now} FROM queue_partitions "
-            f"WHERE topic = %s AND partition_key IN ({placeholders}) "
-            f"ORDER BY partition_key{self.for_update}",
-            [topic, *keys],
-        )
-        heads: dict[str, int] = {}
-        clock = None
-        for key, head, clock in cursor.fetchall():
-            heads[key] = head
-        return heads, clock
+    def allocate(self, cursor: Any, topic: str, counts: Mapping[str, int]) -> dict[str, int]:
+        """Lock the partitions' head rows and reserve ``counts[key]`` offsets in each.
 
-    @abstractmethod
-    def _insert_missing_heads(self, cursor: Any, topic: str, keys: Sequence[str], now: dt.datetime) -> None:
-        """Insert head rows (head_offset 0) for ``keys``; do nothing for existing ones."""
+        Returns each partition's new head offset: the reserved offsets of ``key`` are
+        ``head - counts[key] + 1 .. head``. Missing head rows are created. The row locks
+        are held until the caller's transaction ends, so a concurrent publisher of the
+        same partition waits here: offsets are handed out, and become visible, in
+        commit order. Rows are locked in sorted key order, so two publishers of
+        overlapping partition sets cannot deadlock on them.
 
-    def lock_partitions(self, cursor: Any, topic: str, keys: Sequence[str]) -> tuple[dict[str, int], dt.datetime]:
-        """Lock the head rows of ``keys`` (sorted), creating missing ones.
-
-        Returns each partition's head offset before this publish and the database's
-        current time. The row locks are held until the caller's transaction ends: a
-        concurrent publisher of the same partition waits here, so offsets within a
-        partition are handed out, and become visible, in commit order.
-
-        Existing rows are locked first, by one locking read over the primary key in
-        sorted order (record locks only under READ COMMITTED); missing rows are then
-        inserted in sorted order. Two publishers locking overlapping sets in this order
-        cannot deadlock on head rows.
+        This default is one upsert with RETURNING (PostgreSQL, SQLite >= 3.35): the
+        conflict path locks the existing row, the insert path the new one.
         """
-        heads: dict[str, int] = {}
-        clock: Any = None
-        for part in chunks(sorted(keys)):
-            found, clock = self._select_heads(cursor, topic, part)
-            heads.update(found)
-        missing = [key for key in sorted(keys) if key not in heads]
-        if missing:
-            now = self.now(cursor) if clock is None else self.parse_datetime(clock)
-            for part in chunks(missing):
-                self._insert_missing_heads(cursor, topic, part, now)
-                found, clock = self._select_heads(cursor, topic, part)
-                heads.update(found)
-        return heads, (self.now(cursor) if clock is None else self.parse_datetime(clock))
-
-    def set_heads(self, cursor: Any, topic: str, heads: dict[str, int]) -> None:
-        """Record the new head offset of each partition (rows already locked by us)."""
-        cursor.executemany(
-            "UPDATE queue_partitions SET head_offset = %s WHERE topic = %s AND partition_key = %s",
-            [(head, topic, key) for key, head in sorted(heads.items())],
+        items = sorted(counts.items())
+        values = ", ".join([f"(%s, %s, %s, {self.now_sql})"] * len(items))
+        params: list[Any] = []
+        for key, count in items:
+            params += [topic, key, count]
+        cursor.execute(
+            "INSERT INTO queue_partitions (topic, partition_key, head_offset, created_at) "
+            f"VALUES {values} ON CONFLICT (topic, partition_key) DO UPDATE "
+            "SET head_offset = queue_partitions.head_offset + excluded.head_offset "
+            "RETURNING partition_key, head_offset",
+            params,
         )
+        return dict(cursor.fetchall())
+
+    def release(self, cursor: Any, topic: str, unused: Mapping[str, int]) -> None:
+        """Give back reserved offsets that were not used (the head rows are ours)."""
+        for key, count in sorted(unused.items()):
+            cursor.execute(
+                "UPDATE queue_partitions SET head_offset = head_offset - %s WHERE topic = %s AND partition_key = %s",
+                [count, topic, key],
+            )
 
     # -- messages -----------------------------------------------------------------
 
-    def now(self, cursor: Any) -> dt.datetime:
-        """Return the database's current time as an aware UTC datetime."""
-        if self.now_sql is None:
-            return dt.datetime.now(dt.timezone.utc)
-        cursor.execute(f"SELECT {self.now_sql}")
-        return self.parse_datetime(cursor.fetchone()[0])
+    def insert_messages(self, cursor: Any, topic: str, rows: Sequence[MessageRow]) -> None:
+        """Insert messages with multi-row INSERTs (offsets already allocated).
 
-    def insert_messages(self, cursor: Any, rows: Sequence[Sequence[Any]]) -> int | None:
-        """Insert message rows (columns as ``MESSAGE_INSERT_COLUMNS``).
-
-        Returns the offset of the row when exactly one was inserted, else None (the
-        caller reads the offsets back).
+        Columns that are the same for every row of a plain publish are SQL literals, so
+        the per-row parameters (escaped one by one by the driver) stay few.
         """
-        columns = ", ".join(self.qn(c) for c in MESSAGE_INSERT_COLUMNS)
-        placeholders = ", ".join(
-            self.json_placeholder if c in ("payload", "metadata") else "%s" for c in MESSAGE_INSERT_COLUMNS
-        )
-        sql = f"INSERT INTO queue_messages ({columns}) VALUES ({placeholders})"
-        if len(rows) == 1:
-            return self._insert_one(cursor, sql, rows[0])
-        cursor.executemany(sql, rows)
-        return None
-
-    def _insert_one(self, cursor: Any, sql: str, row: Sequence[Any]) -> int:
-        cursor.execute(sql, row)
-        return cursor.lastrowid
-
-    def read_new_offsets(self, cursor: Any, topic: str, after: dict[str, int]) -> dict[str, list[int]]:
-        """Return, per partition, the offsets above ``after[key]`` in ascending order.
-
-        Only valid while we hold the partitions' head locks: then every such row is one
-        this transaction inserted. Served by the (topic, partition_key, offset) index.
-        """
-        offset = self.qn("offset")
-        result: dict[str, list[int]] = {key: [] for key in after}
-        for part in chunks(sorted(after)):
-            where = " OR ".join(f"(partition_key = %s AND {offset} > %s)" for _ in part)
-            params: list[Any] = [topic]
-            for key in part:
-                params += [key, after[key]]
-            cursor.execute(
-                f"SELECT partition_key, {offset} FROM queue_messages WHERE topic = %s AND ({where}) "
-                f"ORDER BY partition_key, {offset}",
-                params,
+        columns = ", ".join(self.qn(c) for c in MESSAGE_COLUMNS)
+        ts, now, json_ph = self.datetime_placeholder, self.now_sql, self.json_placeholder
+        adapt = self.adapt_datetime
+        dead_letters = any(r.failed or r.original_topic or r.created_at for r in rows)
+        scheduled = dead_letters or any(r.deliver_at is not None or r.delay_us for r in rows)
+        deliver_sql = f"COALESCE({ts}, {self.now_plus_us_sql})" if scheduled else now
+        if dead_letters:
+            row_sql = (
+                f"(%s, %s, %s, %s, {json_ph}, {json_ph}, {deliver_sql}, CASE WHEN {self.bool_placeholder} "
+                f"THEN {now} END, %s, %s, %s, COALESCE({ts}, {now}), {now})"
             )
-            for key, off in cursor.fetchall():
-                result[key].append(off)
-        return result
+        else:
+            row_sql = f"(%s, %s, %s, %s, {json_ph}, {json_ph}, {deliver_sql}, NULL, 0, '', '', {now}, {now})"
+        for chunk in _statements(rows):
+            params: list[Any] = []
+            for r in chunk:
+                params += (topic, r.partition_key, r.offset, r.id, r.payload_json, r.metadata_json)
+                if scheduled:
+                    params += (adapt(r.deliver_at), r.delay_us)
+                if dead_letters:
+                    params += (r.failed, r.failure_count, r.last_error, r.original_topic, adapt(r.created_at))
+            cursor.execute(f"INSERT INTO queue_messages ({columns}) VALUES {', '.join([row_sql] * len(chunk))}", params)

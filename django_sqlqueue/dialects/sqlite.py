@@ -8,24 +8,14 @@ when it first writes, and WAL mode so readers do not block the writer.
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Sequence
-from typing import Any
-
 from .base import Dialect
+
+# Django's text format for datetimes; SQLite's %f has milliseconds, padded to micro.
+_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now')"
 
 
 class SQLiteDialect(Dialect):
-    now_sql = None  # SQLite's clock is the process clock.
-    for_update = ""
-
-    def _insert_missing_heads(self, cursor: Any, topic: str, keys: Sequence[str], now: dt.datetime) -> None:
-        values = ", ".join(["(%s, %s, 0, %s)"] * len(keys))
-        params: list[Any] = []
-        for key in keys:
-            params += [topic, key, self.adapt_datetime(now)]
-        cursor.execute(
-            "INSERT INTO queue_partitions (topic, partition_key, head_offset, created_at) "
-            f"VALUES {values} ON CONFLICT (topic, partition_key) DO NOTHING",
-            params,
-        )
+    # Take the write lock at once, as transaction_mode IMMEDIATE does for atomic().
+    begin_sql = "BEGIN IMMEDIATE"
+    now_sql = _NOW
+    now_plus_us_sql = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now', printf('%%+.6f seconds', %s / 1000000.0))"

@@ -1,0 +1,96 @@
+# Shared setup for .ci/demo, .ci/test and .ci/run: installs whatever is missing.
+# Source it; it defines functions and cds to the repository root.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+  log "apt-get install $*"
+  if [ -z "${_APT_UPDATED:-}" ]; then as_root apt-get update -qq; _APT_UPDATED=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# The MySQL client headers that mysqlclient compiles against.
+ensure_build_deps() {
+  if ! pkg-config --exists mysqlclient 2>/dev/null && ! pkg-config --exists libmariadb 2>/dev/null \
+     && ! pkg-config --exists mariadb 2>/dev/null; then
+    apt_install libmariadb-dev pkg-config gcc
+  fi
+}
+
+pick_python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 \
+       && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$candidate"; return
+    fi
+  done
+  apt_install python3 python3-venv python3-dev
+  echo python3
+}
+
+# ensure_venv DIR PYTHON [extra pip args...]: a virtualenv with requirements.txt installed.
+ensure_venv() {
+  local dir="$1" python="$2"; shift 2
+  local stamp="$dir/.requirements.sha"
+  local want; want="$(cat requirements.txt "$@" 2>/dev/null | sha256sum | cut -d' ' -f1) $*"
+  if [ ! -x "$dir/bin/python" ]; then
+    log "creating virtualenv $dir ($("$python" --version))"
+    "$python" -m venv "$dir"
+  fi
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    ensure_build_deps
+    log "installing requirements into $dir"
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt "$@"
+    echo "$want" > "$stamp"
+  fi
+}
+
+# Can the test user log in? (mysqladmin ping succeeds even when access is denied.)
+mariadb_ping() { mysql --protocol=tcp -h127.0.0.1 -P3306 -usqlqueue -psqlqueue -e 'SELECT 1' >/dev/null 2>&1; }
+# Is a server up at all, on TCP or on the socket?
+mariadb_alive() {
+  mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1 || mysqladmin -uroot ping >/dev/null 2>&1
+}
+
+# Admin access: root over TCP (passwordless, as on the dev machines) or over the socket.
+mariadb_admin() {
+  if mysql --protocol=tcp -h127.0.0.1 -uroot -e 'SELECT 1' >/dev/null 2>&1; then
+    mysql --protocol=tcp -h127.0.0.1 -uroot "$@"
+  else
+    as_root mysql -uroot "$@"
+  fi
+}
+
+# A running MariaDB on 127.0.0.1:3306 with a 'sqlqueue' user: install, start, create.
+ensure_mariadb() {
+  if mariadb_ping; then return; fi
+  if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    apt_install mariadb-server mariadb-client
+  fi
+  if ! mariadb_alive; then
+    log "starting MariaDB"
+    as_root mkdir -p /run/mysqld /var/log/mysql
+    as_root chown mysql:mysql /run/mysqld /var/log/mysql 2>/dev/null || true
+    if [ ! -d /var/lib/mysql/mysql ]; then
+      as_root mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+    fi
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+    for _ in $(seq 1 60); do mariadb_alive && break; sleep 1; done
+  fi
+  log "creating MariaDB user sqlqueue"
+  mariadb_admin -e "
+    CREATE USER IF NOT EXISTS 'sqlqueue'@'127.0.0.1' IDENTIFIED BY 'sqlqueue';
+    CREATE USER IF NOT EXISTS 'sqlqueue'@'localhost' IDENTIFIED BY 'sqlqueue';
+    GRANT ALL PRIVILEGES ON *.* TO 'sqlqueue'@'127.0.0.1';
+    GRANT ALL PRIVILEGES ON *.* TO 'sqlqueue'@'localhost';
+    CREATE DATABASE IF NOT EXISTS sqlqueue CHARACTER SET utf8mb4;"
+  mariadb_ping || { log "MariaDB is not reachable on 127.0.0.1:3306"; exit 1; }
+}
+
+MYSQL_URL="mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue"

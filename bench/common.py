@@ -1,0 +1,83 @@
+"""Shared benchmark setup: a dedicated, freshly migrated MariaDB database."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_bench")
+
+
+def setup_django() -> None:
+    """Point Django at a freshly created bench database and migrate it."""
+    sys.path.insert(0, str(ROOT))
+    os.environ["DATABASE_URL"] = BENCH_URL
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    import environ
+
+    cfg = environ.Env.db_url_config(BENCH_URL)
+    import MySQLdb
+
+    server = MySQLdb.connect(
+        host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"]
+    )
+    server.cursor().execute(f"DROP DATABASE IF EXISTS `{cfg['NAME']}`")
+    server.cursor().execute(f"CREATE DATABASE `{cfg['NAME']}` CHARACTER SET utf8mb4")
+    server.close()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    truncate_queue()
+
+
+def truncate_queue() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in (
+            "queue_messages",
+            "queue_partitions",
+            "queue_delivery_state",
+            "queue_partition_leases",
+            "queue_offsets",
+            "queue_subscriber_heartbeats",
+        ):
+            cursor.execute(f"TRUNCATE TABLE {table}")
+
+
+def raw_connection():
+    """A plain mysqlclient connection to the bench database, READ COMMITTED, autocommit off."""
+    import environ
+    import MySQLdb
+
+    cfg = environ.Env.db_url_config(BENCH_URL)
+    conn = MySQLdb.connect(
+        host=cfg["HOST"],
+        port=int(cfg["PORT"] or 3306),
+        user=cfg["USER"],
+        password=cfg["PASSWORD"],
+        database=cfg["NAME"],
+        charset="utf8mb4",
+    )
+    conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    conn.autocommit(False)
+    return conn
+
+
+def best_rate(fn: Callable[[], int], repeat: int = 3) -> tuple[float, list[float]]:
+    """Run ``fn`` (returns messages written) ``repeat`` times; return median msgs/s and all."""
+    rates = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates), rates
