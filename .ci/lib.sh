@@ -37,7 +37,7 @@ pick_python() {
 ensure_venv() {
   local dir="$1" python="$2"; shift 2
   local stamp="$dir/.requirements.sha"
-  local want; want="$(cat requirements.txt "$@" 2>/dev/null | sha256sum | cut -d' ' -f1) $*"
+  local want; want="$({ cat requirements.txt; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1)"
   if [ ! -x "$dir/bin/python" ]; then
     log "creating virtualenv $dir ($("$python" --version))"
     "$python" -m venv "$dir"
