@@ -40,6 +40,17 @@ DEFAULT_DLQ_SUFFIX = "_dlq"
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 #: Database alias the queue tables live in.
 DEFAULT_DATABASE = "default"
+#: Ceiling of the idle poll interval: polling slows from POLL_INTERVAL towards it.
+DEFAULT_POLL_INTERVAL_MAX = 1.0
+#: Bounds of the retry delay after a failed handler: BACKOFF_MIN * 2**(attempt-1),
+#: with +/-20% jitter, capped at BACKOFF_MAX.
+DEFAULT_BACKOFF_MIN = 1.0
+DEFAULT_BACKOFF_MAX = 300.0
+#: Seconds to keep fully acked messages before garbage collection (Vitess
+#: ``vt_purge_after``); 0 deletes them as soon as every group has acked them.
+DEFAULT_RETENTION = 0.0
+#: Seconds between garbage-collection passes of a worker.
+DEFAULT_GC_INTERVAL = 60.0
 
 #: Longest topic a publisher may use. The column is wider so the DLQ suffix fits.
 MAX_TOPIC_LENGTH = 128
@@ -62,10 +73,24 @@ class QueueSettings:
     DLQ_SUFFIX: str = DEFAULT_DLQ_SUFFIX
     MAX_PAYLOAD_BYTES: int = DEFAULT_MAX_PAYLOAD_BYTES
     DATABASE: str = DEFAULT_DATABASE
+    POLL_INTERVAL_MAX: float = DEFAULT_POLL_INTERVAL_MAX
+    BACKOFF_MIN: float = DEFAULT_BACKOFF_MIN
+    BACKOFF_MAX: float = DEFAULT_BACKOFF_MAX
+    RETENTION: float = DEFAULT_RETENTION
+    GC_INTERVAL: float = DEFAULT_GC_INTERVAL
 
 
 KNOWN_KEYS = frozenset(f.name for f in fields(QueueSettings))
-_DURATIONS = ("POLL_INTERVAL", "VISIBILITY_TIMEOUT", "LEASE_DURATION", "LEASE_RENEW_INTERVAL")
+_DURATIONS = (
+    "POLL_INTERVAL",
+    "POLL_INTERVAL_MAX",
+    "VISIBILITY_TIMEOUT",
+    "LEASE_DURATION",
+    "LEASE_RENEW_INTERVAL",
+    "BACKOFF_MIN",
+    "BACKOFF_MAX",
+    "GC_INTERVAL",
+)
 _POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES")
 
 
@@ -127,6 +152,17 @@ def validate(raw: Any) -> list[Problem]:
                     f"SQLQUEUE['DATABASE'] is {alias!r}, which is not a key of settings.DATABASES.",
                 )
             )
+    if "RETENTION" in raw and not (_is_number(raw["RETENTION"]) and raw["RETENTION"] >= 0):
+        problems.append(
+            Problem("sqlqueue.E003", f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0, got {raw['RETENTION']!r}.")
+        )
+    for low_key, high_key in (("POLL_INTERVAL", "POLL_INTERVAL_MAX"), ("BACKOFF_MIN", "BACKOFF_MAX")):
+        low = raw.get(low_key, getattr(QueueSettings, low_key))
+        high = raw.get(high_key, getattr(QueueSettings, high_key))
+        if _is_number(low) and _is_number(high) and low > high:
+            problems.append(
+                Problem("sqlqueue.E008", f"SQLQUEUE[{low_key!r}] ({low}) must not exceed SQLQUEUE[{high_key!r}] ({high}).")
+            )
     duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
     renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
     if _is_number(duration) and _is_number(renew) and renew >= duration:
@@ -149,7 +185,7 @@ def get_settings() -> QueueSettings:
     if problems:
         raise ConfigurationError(" ".join(f"[{p.id}] {p.msg}" for p in problems))
     values = dict(raw)
-    for key in _DURATIONS:
+    for key in (*_DURATIONS, "RETENTION"):
         if key in values:
             values[key] = float(values[key])
     return QueueSettings(**values)

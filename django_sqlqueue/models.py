@@ -25,7 +25,10 @@ from .conf import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH
 #: 3072-byte limit in utf8mb4.
 TOPIC_COLUMN_LENGTH = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
 PARTITION_KEY_LENGTH = 128
-MESSAGE_ID_LENGTH = 128
+#: Publishers' ids are at most MAX_MESSAGE_ID_LENGTH; the column is wider because a dead
+#: letter's id is "<consumer group>:<original id>".
+MAX_MESSAGE_ID_LENGTH = 128
+MESSAGE_ID_LENGTH = 300
 CONSUMER_GROUP_LENGTH = 128
 SUBSCRIBER_NAME_LENGTH = 255
 
@@ -100,7 +103,19 @@ class Partition(models.Model):
 
 
 class DeliveryState(models.Model):
-    """Per-consumer-group delivery state of one message."""
+    """Per-consumer-group delivery state of one message.
+
+    ``status`` is an addition to the RFC's columns: it tells a message being worked on
+    (``IN_FLIGHT``) from one waiting for a retry after a nack (``RETRY``) or not yet
+    delivered (``SCHEDULED``: a delayed message the fetch passed over, or a delivery
+    handed back on shutdown). Strict serialization and ``queue_status`` need the
+    difference; ``invisible_until`` alone cannot show it.
+    """
+
+    class Status(models.IntegerChoices):
+        SCHEDULED = 0, "scheduled"
+        IN_FLIGHT = 1, "in flight"
+        RETRY = 2, "waiting for retry"
 
     pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key", "message_offset")
     consumer_group = models.CharField(max_length=CONSUMER_GROUP_LENGTH)
@@ -111,9 +126,18 @@ class DeliveryState(models.Model):
     #: Meaningful only when not acked: in the future = in flight or nack delay.
     invisible_until = models.DateTimeField()
     retry_count = models.PositiveIntegerField(default=0)
+    status = models.PositiveSmallIntegerField(choices=Status.choices, default=Status.IN_FLIGHT)
 
     class Meta:
         db_table = "queue_delivery_state"
+        indexes = [
+            # The due fetch: unacked rows of a partition whose invisible_until has passed,
+            # without walking acked rows piled up behind a stuck watermark.
+            models.Index(
+                fields=["consumer_group", "topic", "partition_key", "acked", "invisible_until"],
+                name="queue_delivery_due",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic}[{self.partition_key}]@{self.message_offset}"

@@ -12,7 +12,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import MAX_TOPIC_LENGTH, TOPIC_RE
 from .exceptions import InvalidMessage, PayloadTooLarge
-from .models import CONSUMER_GROUP_LENGTH, MESSAGE_ID_LENGTH, PARTITION_KEY_LENGTH
+from .models import CONSUMER_GROUP_LENGTH, MAX_MESSAGE_ID_LENGTH, PARTITION_KEY_LENGTH
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys a ``publish_many`` message dict may have.
@@ -63,7 +63,7 @@ def validate_message_id(message_id: Any) -> str:
     """Return the message id as a str (ints are accepted and converted)."""
     if isinstance(message_id, int) and not isinstance(message_id, bool):
         message_id = str(message_id)
-    return _validate_key(message_id, "id", MESSAGE_ID_LENGTH, allow_empty=False)
+    return _validate_key(message_id, "id", MAX_MESSAGE_ID_LENGTH, allow_empty=False)
 
 
 def new_message_id() -> str:

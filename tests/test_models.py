@@ -35,6 +35,7 @@ EXPECTED_COLUMNS = {
         "acked",
         "invisible_until",
         "retry_count",
+        "status",
     },
     "queue_partition_leases": {
         "consumer_group",
