@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .exceptions import ConfigurationError, InvalidMessage, PayloadTooLarge, SQLQueueError, UnsupportedDatabase  # noqa: F401
+    from .consumers import ReceivedMessage, consumer  # noqa: F401
+    from .exceptions import Reject, Retry  # noqa: F401
     from .publisher import publish, publish_many  # noqa: F401
+    from .status import queue_status  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -27,6 +30,11 @@ _EXPORTS = {
     "PayloadTooLarge": "exceptions",
     "ConfigurationError": "exceptions",
     "UnsupportedDatabase": "exceptions",
+    "Retry": "exceptions",
+    "Reject": "exceptions",
+    "consumer": "consumers",
+    "ReceivedMessage": "consumers",
+    "queue_status": "status",
 }
 
 __all__ = sorted(_EXPORTS)

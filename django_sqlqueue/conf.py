@@ -154,14 +154,18 @@ def validate(raw: Any) -> list[Problem]:
             )
     if "RETENTION" in raw and not (_is_number(raw["RETENTION"]) and raw["RETENTION"] >= 0):
         problems.append(
-            Problem("sqlqueue.E003", f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0, got {raw['RETENTION']!r}.")
+            Problem(
+                "sqlqueue.E003", f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0, got {raw['RETENTION']!r}."
+            )
         )
     for low_key, high_key in (("POLL_INTERVAL", "POLL_INTERVAL_MAX"), ("BACKOFF_MIN", "BACKOFF_MAX")):
         low = raw.get(low_key, getattr(QueueSettings, low_key))
         high = raw.get(high_key, getattr(QueueSettings, high_key))
         if _is_number(low) and _is_number(high) and low > high:
             problems.append(
-                Problem("sqlqueue.E008", f"SQLQUEUE[{low_key!r}] ({low}) must not exceed SQLQUEUE[{high_key!r}] ({high}).")
+                Problem(
+                    "sqlqueue.E008", f"SQLQUEUE[{low_key!r}] ({low}) must not exceed SQLQUEUE[{high_key!r}] ({high})."
+                )
             )
     duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
     renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)

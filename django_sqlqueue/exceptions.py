@@ -30,3 +30,21 @@ class ConfigurationError(SQLQueueError, ImproperlyConfigured):
 
 class UnsupportedDatabase(SQLQueueError):
     """The database vendor of the queue connection is not supported."""
+
+
+class Retry(SQLQueueError):
+    """Raise in a handler to nack the message and retry it after ``delay`` seconds.
+
+    Without ``delay`` the worker's exponential backoff applies. The attempt still
+    counts towards ``max_attempts``.
+    """
+
+    def __init__(self, reason: str = "", *, delay: float | None = None) -> None:
+        if delay is not None and not (isinstance(delay, (int, float)) and delay >= 0):
+            raise ValueError(f"Retry delay must be a number of seconds >= 0, got {delay!r}.")
+        super().__init__(reason or "retry requested")
+        self.delay = None if delay is None else float(delay)
+
+
+class Reject(SQLQueueError):
+    """Raise in a handler to dead-letter the message at once (a poison message)."""

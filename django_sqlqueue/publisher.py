@@ -40,7 +40,7 @@ from .dialects import get_dialect
 from .dialects.base import MessageRow
 from .exceptions import InvalidMessage
 from .models import Message
-from .validation import MESSAGE_KEYS, PreparedMessage, prepare_message, validate_topic
+from .validation import MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
 
 
 def publish(
@@ -111,6 +111,46 @@ def publish_many(topic: str, messages: Iterable[Mapping[str, Any]], *, using: st
     return write_messages(topic, prepared, using=using or conf.DATABASE)
 
 
+#: Longest ``last_error`` stored with a dead letter.
+MAX_ERROR_LENGTH = 8000
+
+
+def write_dead_letter(
+    topic: str,
+    *,
+    partition_key: str,
+    id: str,
+    payload: Any,
+    metadata: dict[str, Any],
+    created_at: dt.datetime,
+    failure_count: int,
+    last_error: str,
+    original_topic: str,
+    using: str,
+) -> Message:
+    """Store a dead letter in ``topic`` (the DLQ topic) in the current transaction.
+
+    Like a publish (same head-row ordering, idempotent on ``id``), plus the dead-letter
+    columns: ``failed_at`` is the database's now and ``created_at`` the original's. The
+    payload is not size-checked again: it was valid when first published.
+    """
+    prepared = PreparedMessage(
+        partition_key=partition_key,
+        id=id,
+        payload_json=encode_json(payload, "payload"),
+        metadata_json=encode_json(metadata, "metadata"),
+        delay=None,
+        deliver_at=None,
+        explicit_id=True,
+        failed=True,
+        failure_count=failure_count,
+        last_error=last_error[:MAX_ERROR_LENGTH],
+        original_topic=original_topic,
+        created_at=created_at,
+    )
+    return write_messages(topic, [prepared], using=using)[0]
+
+
 def write_messages(topic: str, messages: list[PreparedMessage], *, using: str) -> list[Message]:
     """Store validated messages (the engine behind publish/publish_many)."""
     connection = connections[using]
@@ -137,6 +177,11 @@ def write_messages(topic: str, messages: list[PreparedMessage], *, using: str) -
                     metadata_json=m.metadata_json,
                     deliver_at=m.deliver_at,
                     delay_us=round(m.delay * 1_000_000) if m.delay else 0,
+                    failed=m.failed,
+                    failure_count=m.failure_count,
+                    last_error=m.last_error,
+                    original_topic=m.original_topic,
+                    created_at=m.created_at,
                 )
             )
             next_offset[m.partition_key] += 1
@@ -201,11 +246,14 @@ def _as_message(using: str, topic: str, row: MessageRow) -> Message:
         id=row.id,
         payload=_decode(row.payload_json),
         metadata=_decode(row.metadata_json),
-        failed_at=None,
-        failure_count=0,
-        last_error="",
-        original_topic="",
+        failure_count=row.failure_count,
+        last_error=row.last_error,
+        original_topic=row.original_topic,
     )
+    if not row.failed:
+        values["failed_at"] = None
+    if row.created_at is not None:
+        values["created_at"] = row.created_at
     if row.deliver_at is not None:
         values["deliver_at"] = row.deliver_at
     message._state.adding = False

@@ -95,6 +95,12 @@ class PreparedMessage:
     #: Absolute delivery time (``deliver_at``), or None.
     deliver_at: dt.datetime | None
     explicit_id: bool
+    # Dead-letter fields (see ``publisher.write_dead_letter``); empty for a publish.
+    failed: bool = False
+    failure_count: int = 0
+    last_error: str = ""
+    original_topic: str = ""
+    created_at: dt.datetime | None = None
 
 
 def prepare_message(

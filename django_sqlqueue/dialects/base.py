@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,50 @@ class Dialect:
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
         self.qn = connection.ops.quote_name
+
+    #: Two-argument maximum.
+    greatest = "GREATEST"
+
+    def excluded(self, column: str) -> str:
+        """The value an upsert tried to insert into ``column``."""
+        return f"excluded.{column}"
+
+    def on_conflict_update(self, conflict: Sequence[str]) -> str:
+        """Start of an upsert's update clause (followed by ``col = expr, ...``)."""
+        return f"ON CONFLICT ({', '.join(conflict)}) DO UPDATE SET"
+
+    def on_conflict_ignore(self, conflict: Sequence[str], noop: str) -> str:
+        """Clause that turns a duplicate-key insert into a no-op.
+
+        ``noop`` names a column of the target table only (MySQL assigns it to itself).
+        """
+        return f"ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
+
+    def now_minus(self, seconds: float) -> tuple[str, list[Any]]:
+        """SQL (and its parameter) for the database's now minus ``seconds``."""
+        return self.now_plus_us_sql, [-round(seconds * 1_000_000)]
+
+    def now_plus(self, seconds: float) -> tuple[str, list[Any]]:
+        """SQL (and its parameter) for the database's now plus ``seconds``."""
+        return self.now_plus_us_sql, [round(seconds * 1_000_000)]
+
+    def to_datetime(self, value: Any) -> dt.datetime | None:
+        """Convert a datetime read by raw SQL to an aware UTC datetime."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+    def load_json(self, value: Any) -> Any:
+        """Decode a JSON column read by raw SQL (drivers return text or objects)."""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = bytes(value).decode()
+        if isinstance(value, str):
+            return {} if value == "{}" else json.loads(value)
+        return value
 
     def adapt_datetime(self, value: dt.datetime | None) -> Any:
         """Convert an aware datetime to the parameter Django would send."""

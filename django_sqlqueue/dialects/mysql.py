@@ -8,7 +8,7 @@ order, and callers retry error 1213.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import Dialect
@@ -19,6 +19,16 @@ class MySQLDialect(Dialect):
     now_sql = "UTC_TIMESTAMP(6)"
     begin_sql = "START TRANSACTION"
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
+
+    def excluded(self, column: str) -> str:
+        return f"VALUES({column})"
+
+    def on_conflict_update(self, conflict: Sequence[str]) -> str:
+        return "ON DUPLICATE KEY UPDATE"
+
+    def on_conflict_ignore(self, conflict: Sequence[str], noop: str) -> str:
+        # Not INSERT IGNORE, which would also turn other errors into warnings.
+        return f"ON DUPLICATE KEY UPDATE {noop} = {noop}"
 
     def allocate(self, cursor: Any, topic: str, counts: Mapping[str, int]) -> dict[str, int]:
         if len(counts) == 1:

@@ -17,5 +17,6 @@ _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now')"
 class SQLiteDialect(Dialect):
     # Take the write lock at once, as transaction_mode IMMEDIATE does for atomic().
     begin_sql = "BEGIN IMMEDIATE"
+    greatest = "MAX"
     now_sql = _NOW
     now_plus_us_sql = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now', printf('%%+.6f seconds', %s / 1000000.0))"

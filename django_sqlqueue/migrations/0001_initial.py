@@ -4,110 +4,184 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Partition',
+            name="Partition",
             fields=[
-                ('pk', models.CompositePrimaryKey('topic', 'partition_key', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('topic', models.CharField(max_length=160)),
-                ('partition_key', models.CharField(blank=True, default='', max_length=128)),
-                ('head_offset', models.BigIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "topic", "partition_key", blank=True, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("topic", models.CharField(max_length=160)),
+                ("partition_key", models.CharField(blank=True, default="", max_length=128)),
+                ("head_offset", models.BigIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'db_table': 'queue_partitions',
+                "db_table": "queue_partitions",
             },
         ),
         migrations.CreateModel(
-            name='SubscriberHeartbeat',
+            name="SubscriberHeartbeat",
             fields=[
-                ('pk', models.CompositePrimaryKey('consumer_group', 'topic', 'subscriber_name', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('consumer_group', models.CharField(max_length=128)),
-                ('topic', models.CharField(max_length=160)),
-                ('subscriber_name', models.CharField(max_length=255)),
-                ('heartbeat_at', models.DateTimeField()),
-                ('deregistered_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "consumer_group",
+                        "topic",
+                        "subscriber_name",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("consumer_group", models.CharField(max_length=128)),
+                ("topic", models.CharField(max_length=160)),
+                ("subscriber_name", models.CharField(max_length=255)),
+                ("heartbeat_at", models.DateTimeField()),
+                ("deregistered_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'db_table': 'queue_subscriber_heartbeats',
+                "db_table": "queue_subscriber_heartbeats",
             },
         ),
         migrations.CreateModel(
-            name='ConsumerOffset',
+            name="ConsumerOffset",
             fields=[
-                ('pk', models.CompositePrimaryKey('consumer_group', 'topic', 'partition_key', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('consumer_group', models.CharField(max_length=128)),
-                ('topic', models.CharField(max_length=160)),
-                ('partition_key', models.CharField(blank=True, default='', max_length=128)),
-                ('offset_acked', models.BigIntegerField(default=0)),
-                ('updated_at', models.DateTimeField()),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "consumer_group",
+                        "topic",
+                        "partition_key",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("consumer_group", models.CharField(max_length=128)),
+                ("topic", models.CharField(max_length=160)),
+                ("partition_key", models.CharField(blank=True, default="", max_length=128)),
+                ("offset_acked", models.BigIntegerField(default=0)),
+                ("updated_at", models.DateTimeField()),
             ],
             options={
-                'db_table': 'queue_offsets',
-                'indexes': [models.Index(fields=['topic'], name='queue_offsets_topic')],
+                "db_table": "queue_offsets",
+                "indexes": [models.Index(fields=["topic"], name="queue_offsets_topic")],
             },
         ),
         migrations.CreateModel(
-            name='DeliveryState',
+            name="DeliveryState",
             fields=[
-                ('pk', models.CompositePrimaryKey('consumer_group', 'topic', 'partition_key', 'message_offset', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('consumer_group', models.CharField(max_length=128)),
-                ('topic', models.CharField(max_length=160)),
-                ('partition_key', models.CharField(blank=True, default='', max_length=128)),
-                ('message_offset', models.BigIntegerField()),
-                ('acked', models.BooleanField(default=False)),
-                ('invisible_until', models.DateTimeField()),
-                ('retry_count', models.PositiveIntegerField(default=0)),
-                ('status', models.PositiveSmallIntegerField(choices=[(0, 'scheduled'), (1, 'in flight'), (2, 'waiting for retry')], default=1)),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "consumer_group",
+                        "topic",
+                        "partition_key",
+                        "message_offset",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("consumer_group", models.CharField(max_length=128)),
+                ("topic", models.CharField(max_length=160)),
+                ("partition_key", models.CharField(blank=True, default="", max_length=128)),
+                ("message_offset", models.BigIntegerField()),
+                ("acked", models.BooleanField(default=False)),
+                ("invisible_until", models.DateTimeField()),
+                ("retry_count", models.PositiveIntegerField(default=0)),
+                (
+                    "status",
+                    models.PositiveSmallIntegerField(
+                        choices=[(0, "scheduled"), (1, "in flight"), (2, "waiting for retry")], default=1
+                    ),
+                ),
             ],
             options={
-                'db_table': 'queue_delivery_state',
-                'indexes': [models.Index(fields=['consumer_group', 'topic', 'partition_key', 'acked', 'invisible_until'], name='queue_delivery_due')],
+                "db_table": "queue_delivery_state",
+                "indexes": [
+                    models.Index(
+                        fields=["consumer_group", "topic", "partition_key", "acked", "invisible_until"],
+                        name="queue_delivery_due",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Message',
+            name="Message",
             fields=[
-                ('pk', models.CompositePrimaryKey('topic', 'partition_key', 'offset', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('topic', models.CharField(max_length=160)),
-                ('partition_key', models.CharField(blank=True, default='', max_length=128)),
-                ('offset', models.BigIntegerField()),
-                ('id', models.CharField(max_length=300)),
-                ('payload', models.JSONField()),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('deliver_at', models.DateTimeField()),
-                ('failed_at', models.DateTimeField(blank=True, null=True)),
-                ('failure_count', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('original_topic', models.CharField(blank=True, default='', max_length=160)),
-                ('created_at', models.DateTimeField()),
-                ('published_at', models.DateTimeField()),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "topic",
+                        "partition_key",
+                        "offset",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("topic", models.CharField(max_length=160)),
+                ("partition_key", models.CharField(blank=True, default="", max_length=128)),
+                ("offset", models.BigIntegerField()),
+                ("id", models.CharField(max_length=300)),
+                ("payload", models.JSONField()),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("deliver_at", models.DateTimeField()),
+                ("failed_at", models.DateTimeField(blank=True, null=True)),
+                ("failure_count", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("original_topic", models.CharField(blank=True, default="", max_length=160)),
+                ("created_at", models.DateTimeField()),
+                ("published_at", models.DateTimeField()),
             ],
             options={
-                'db_table': 'queue_messages',
-                'constraints': [models.UniqueConstraint(fields=('topic', 'partition_key', 'id'), name='queue_msg_unique_id')],
+                "db_table": "queue_messages",
+                "constraints": [
+                    models.UniqueConstraint(fields=("topic", "partition_key", "id"), name="queue_msg_unique_id")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PartitionLease',
+            name="PartitionLease",
             fields=[
-                ('pk', models.CompositePrimaryKey('consumer_group', 'topic', 'partition_key', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('consumer_group', models.CharField(max_length=128)),
-                ('topic', models.CharField(max_length=160)),
-                ('partition_key', models.CharField(blank=True, default='', max_length=128)),
-                ('leased_by', models.CharField(max_length=255)),
-                ('leased_at', models.DateTimeField()),
-                ('lease_renewed_at', models.DateTimeField()),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "consumer_group",
+                        "topic",
+                        "partition_key",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("consumer_group", models.CharField(max_length=128)),
+                ("topic", models.CharField(max_length=160)),
+                ("partition_key", models.CharField(blank=True, default="", max_length=128)),
+                ("leased_by", models.CharField(max_length=255)),
+                ("leased_at", models.DateTimeField()),
+                ("lease_renewed_at", models.DateTimeField()),
             ],
             options={
-                'db_table': 'queue_partition_leases',
-                'indexes': [models.Index(fields=['leased_by'], name='queue_lease_leased_by'), models.Index(fields=['lease_renewed_at'], name='queue_lease_renewed_at')],
+                "db_table": "queue_partition_leases",
+                "indexes": [
+                    models.Index(fields=["leased_by"], name="queue_lease_leased_by"),
+                    models.Index(fields=["lease_renewed_at"], name="queue_lease_renewed_at"),
+                ],
             },
         ),
     ]

@@ -1,0 +1,177 @@
+"""The ``@consumer`` decorator, the registry of handlers, and the message they receive.
+
+Handlers live in a ``consumers`` module of any installed app; :func:`load_consumers`
+imports them all (``runconsumer`` calls it)::
+
+    from django_sqlqueue import consumer, Retry, Reject
+
+    @consumer("orders.created", group="billing", batch_size=10, visibility_timeout=30, max_attempts=5)
+    def charge(message):
+        ...
+
+Returning normally acks the message; an exception nacks it with backoff; ``Retry``
+nacks it with a chosen delay; ``Reject`` dead-letters it at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import autodiscover_modules
+
+from .conf import QueueSettings
+from .exceptions import ConfigurationError, InvalidMessage
+from .validation import validate_group, validate_topic
+
+if TYPE_CHECKING:
+    from .store import QueueStore
+
+Handler = Callable[["ReceivedMessage"], Any]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A registered handler and its per-consumer options (None = the SQLQUEUE default)."""
+
+    topic: str
+    group: str
+    handler: Handler
+    batch_size: int | None = None
+    visibility_timeout: float | None = None
+    max_attempts: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}:{self.topic}"
+
+    def resolve(self, conf: QueueSettings) -> ConsumerOptions:
+        """Return the effective options, filling defaults from the settings."""
+        return ConsumerOptions(
+            batch_size=self.batch_size or conf.BATCH_SIZE,
+            visibility_timeout=self.visibility_timeout or conf.VISIBILITY_TIMEOUT,
+            max_attempts=self.max_attempts or conf.MAX_ATTEMPTS,
+        )
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    batch_size: int
+    visibility_timeout: float
+    max_attempts: int
+
+
+class ConsumerRegistry:
+    """Handlers by (group, topic): one handler per topic within a consumer group."""
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, str], ConsumerSpec] = {}
+        self._lock = threading.Lock()
+
+    def register(self, spec: ConsumerSpec) -> None:
+        with self._lock:
+            existing = self._specs.get((spec.group, spec.topic))
+            if existing is not None and existing.handler is not spec.handler:
+                raise ConfigurationError(
+                    f"consumer group {spec.group!r} already has a handler for topic {spec.topic!r} "
+                    f"({_qualname(existing.handler)}); cannot also register {_qualname(spec.handler)}."
+                )
+            self._specs[(spec.group, spec.topic)] = spec
+
+    def unregister(self, group: str, topic: str) -> None:
+        with self._lock:
+            self._specs.pop((group, topic), None)
+
+    def all(self) -> list[ConsumerSpec]:
+        with self._lock:
+            return sorted(self._specs.values(), key=lambda s: (s.group, s.topic))
+
+    def select(self, groups: list[str] | None = None, topics: list[str] | None = None) -> list[ConsumerSpec]:
+        """Return the specs matching any of ``groups`` and any of ``topics`` (None = all)."""
+        return [s for s in self.all() if (not groups or s.group in groups) and (not topics or s.topic in topics)]
+
+
+registry = ConsumerRegistry()
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _positive(value: Any, what: str, kind: type) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, kind) if kind is int else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{what} must be a positive {'integer' if kind is int else 'number'}, got {value!r}.")
+
+
+def consumer(
+    topic: str,
+    *,
+    group: str,
+    batch_size: int | None = None,
+    visibility_timeout: float | None = None,
+    max_attempts: int | None = None,
+) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``topic`` in consumer ``group``.
+
+    Options left as None take ``SQLQUEUE``'s ``BATCH_SIZE``, ``VISIBILITY_TIMEOUT`` and
+    ``MAX_ATTEMPTS``. ``batch_size=1`` serializes the partition strictly: one message in
+    flight at a time.
+    """
+    try:
+        validate_topic(topic)
+        validate_group(group)
+    except InvalidMessage as exc:
+        raise ConfigurationError(f"@consumer: {exc}") from exc
+    _positive(batch_size, "batch_size", int)
+    _positive(visibility_timeout, "visibility_timeout", float)
+    _positive(max_attempts, "max_attempts", int)
+
+    def decorator(fn: Handler) -> Handler:
+        if not callable(fn):
+            raise ConfigurationError(f"@consumer must decorate a callable, not {fn!r}.")
+        registry.register(ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts))
+        return fn
+
+    return decorator
+
+
+def load_consumers() -> list[ConsumerSpec]:
+    """Import the ``consumers`` module of every installed app and return all specs."""
+    autodiscover_modules("consumers")
+    return registry.all()
+
+
+@dataclass
+class ReceivedMessage:
+    """What a handler receives: one delivery of one message to one consumer group."""
+
+    topic: str
+    partition_key: str
+    offset: int
+    id: str
+    payload: Any
+    metadata: dict[str, Any]
+    #: 1 on the first delivery, 2 on the first retry, ...
+    attempt: int
+    created_at: dt.datetime
+    deliver_at: dt.datetime
+    group: str
+    _store: QueueStore | None = field(default=None, repr=False, compare=False)
+
+    def extend_visibility(self, seconds: float) -> None:
+        """Keep the message invisible to redelivery for ``seconds`` more, from now.
+
+        Call it periodically during long work so the visibility timeout does not expire
+        and hand the message to another delivery. The retry count is not changed.
+        """
+        if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0):
+            raise ValueError(f"extend_visibility() takes a positive number of seconds, got {seconds!r}.")
+        if self._store is None:
+            raise RuntimeError("this message was not delivered by a worker")
+        self._store.extend_visibility(self.group, self.topic, self.partition_key, self.offset, seconds)

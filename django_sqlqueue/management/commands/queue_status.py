@@ -1,0 +1,56 @@
+"""``manage.py queue_status``: head, watermark, lag, deliveries, DLQ and lease per partition."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_sqlqueue.status import queue_status
+
+COLUMNS = ("group", "topic", "partition", "head", "watermark", "lag", "in flight", "retrying", "dlq", "leased by")
+
+
+class Command(BaseCommand):
+    help = "Show per group/topic/partition head offset, watermark, lag, in-flight, retrying, DLQ depth, lease."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--group", help="only this consumer group")
+        parser.add_argument("--topic", help="only this topic")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        status = queue_status(group=options["group"], topic=options["topic"])
+        if options["json"]:
+            self.stdout.write(json.dumps(asdict(status), indent=2, default=str))
+            return
+        if not status.groups:
+            self.stdout.write("no consumer group has consumed anything yet")
+            return
+        table = [COLUMNS] + [
+            (
+                p.group,
+                p.topic,
+                p.partition_key or '""',
+                str(p.head),
+                str(p.watermark),
+                str(p.lag),
+                str(p.in_flight),
+                str(p.retrying),
+                str(p.dead_letters),
+                (p.lease_holder or "-") + ("" if p.lease_live or not p.lease_holder else " (expired)"),
+            )
+            for p in status.partitions
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+        for row in table:
+            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        self.stdout.write("")
+        for g in status.groups:
+            self.stdout.write(
+                f"group {g.group}: {len(g.topics)} topic(s), {g.partitions} partition(s), lag {g.lag}, "
+                f"in flight {g.in_flight}, retrying {g.retrying}, dead letters {g.dead_letters}, "
+                f"live subscribers {g.live_subscribers}"
+            )

@@ -1,0 +1,54 @@
+"""Retrying database operations that failed for transient reasons.
+
+A deadlock (MySQL 1213) or lock-wait timeout (1205) rolls the transaction back; every
+store operation is idempotent, so it is run again. A lost connection (2006 "server has
+gone away", 2013 "lost connection during query") closes Django's connection so the
+next attempt reconnects. Anything else propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import OperationalError, connections
+from django.db.utils import InterfaceError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEADLOCK_CODES = frozenset({1213, 1205})
+CONNECTION_CODES = frozenset({2006, 2013, 2002, 2003})
+#: PostgreSQL serialization failure / deadlock, SQLite busy: worth another try.
+OTHER_TRANSIENT = ("deadlock detected", "could not serialize", "database is locked")
+
+
+def is_transient(exc: BaseException) -> tuple[bool, bool]:
+    """Return (transient, connection_lost) for a database error."""
+    if isinstance(exc, InterfaceError):
+        return True, True
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    if code in DEADLOCK_CODES:
+        return True, False
+    if code in CONNECTION_CODES:
+        return True, True
+    text = str(exc).lower()
+    return any(marker in text for marker in OTHER_TRANSIENT), "server closed the connection" in text
+
+
+def with_retries(fn: Callable[[], T], *, using: str, what: str, attempts: int = 5) -> T:
+    """Run ``fn``, retrying transient database errors with a short growing pause."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except (OperationalError, InterfaceError) as exc:
+            transient, lost = is_transient(exc)
+            if not transient or attempt == attempts:
+                raise
+            if lost:
+                connections[using].close()
+            logger.warning("retrying %s after %s (attempt %d/%d)", what, exc, attempt, attempts)
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise AssertionError("unreachable")  # pragma: no cover
