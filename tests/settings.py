@@ -12,3 +12,5 @@ from testproject.settings import *  # noqa: E402,F401,F403
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.consumerapp"]  # noqa: F405

@@ -1,0 +1,88 @@
+"""Real ``manage.py runconsumer`` processes for tests: start, signal, kill -9, read logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    """The URL of the database the test is using (pytest-django's test database)."""
+    s = connection.settings_dict
+    return f"mysql://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
+
+
+class ConsumerProcess:
+    """One ``runconsumer`` subprocess, named ``name`` (its subscriber and worker name)."""
+
+    def __init__(self, name: str, *args: str) -> None:
+        self.name = name
+        self.logfile = tempfile.NamedTemporaryFile(prefix=f"runconsumer-{name}-", suffix=".log", delete=False)
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.process_settings",
+            "DATABASE_URL": database_url(),
+            "SQLQUEUE_TEST_WORKER": name,
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runconsumer", "--name", name, "-v", "2", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self.logfile,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def terminate(self, timeout: float = 20) -> int:
+        """SIGTERM (graceful drain) and wait for the exit status."""
+        self.signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return Path(self.logfile.name).read_text(errors="replace")
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+        self.logfile.close()
+        os.unlink(self.logfile.name)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
+        time.sleep(interval)

@@ -1,0 +1,256 @@
+"""Concurrency claims proven with real ``manage.py runconsumer`` processes.
+
+Workers run ``tests/consumerapp/consumers.py`` with fast clocks (tests/process_settings.py:
+3 s leases renewed every 0.5 s, 4 s visibility timeouts). They record every handler call
+in ``Handled``; assertions read the database. Nothing is mocked: processes are started,
+SIGTERMed, SIGSTOPped and ``kill -9``ed for real.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter, defaultdict
+
+import pytest
+from django.core.management import call_command
+from django.db.models import Max, Min
+
+from django_sqlqueue import publish, publish_many
+from django_sqlqueue.models import ConsumerOffset, Message, Partition, PartitionLease, SubscriberHeartbeat
+from django_sqlqueue.status import queue_status
+from tests.consumerapp.models import Handled
+from tests.processes import ConsumerProcess, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+TOPIC = "proc.events"
+LEASE_DURATION = 3
+VISIBILITY_TIMEOUT = 4
+
+
+@pytest.fixture
+def workers(transactional_db):
+    """Start runconsumer processes; every one left is killed at teardown."""
+    started: list[ConsumerProcess] = []
+
+    def start(name: str, *args: str) -> ConsumerProcess:
+        process = ConsumerProcess(name, *args)
+        started.append(process)
+        return process
+
+    yield start
+    failed = []
+    for process in started:
+        if process.alive():
+            process.cleanup()
+        elif process.proc.returncode not in (0, -signal.SIGKILL, 143):
+            failed.append(f"{process.name} exited {process.proc.returncode}:\n{process.log()[-3000:]}")
+        else:
+            process.cleanup()
+    assert not failed, "\n".join(failed)
+
+
+def leases(group: str, topic: str = TOPIC) -> dict[str, int]:
+    return dict(Counter(PartitionLease.objects.filter(consumer_group=group, topic=topic).values_list("leased_by", flat=True)))
+
+
+def lag(group: str, topic: str = TOPIC) -> int:
+    heads = dict(Partition.objects.filter(topic=topic).values_list("partition_key", "head_offset"))
+    marks = dict(
+        ConsumerOffset.objects.filter(consumer_group=group, topic=topic).values_list("partition_key", "offset_acked")
+    )
+    return sum(head - marks.get(key, 0) for key, head in heads.items())
+
+
+def publish_partitions(n: int, topic: str = TOPIC, per_partition: int = 1, **payload) -> None:
+    publish_many(
+        topic,
+        [{"payload": payload, "partition_key": f"p{k:02d}"} for _ in range(per_partition) for k in range(n)],
+    )
+
+
+def test_fair_share_rebalance_and_graceful_shutdown(workers):
+    """3 workers, 12 partitions: 4 each; stop one gracefully: its leases are free at once, then 6 each."""
+    publish_partitions(12)
+    procs = [workers(f"w{i}", "--group", "g1", "--topic", TOPIC) for i in range(3)]
+    wait_until(lambda: leases("g1") == {"w0": 4, "w1": 4, "w2": 4}, 20, "4 partitions each")
+    assert lag("g1") == 0 or wait_until(lambda: lag("g1") == 0, 10, "the 12 messages consumed")
+
+    assert procs[2].terminate() == 0
+    # Released before the process exited: no waiting for lease expiry.
+    assert "w2" not in leases("g1")
+    heartbeat = SubscriberHeartbeat.objects.get(consumer_group="g1", topic=TOPIC, subscriber_name="w2")
+    assert heartbeat.deregistered_at is not None
+    started = time.monotonic()
+    wait_until(lambda: leases("g1") == {"w0": 6, "w1": 6}, 10, "6 partitions each")
+    assert time.monotonic() - started < LEASE_DURATION, "takeover must not wait for the lease to expire"
+    assert "released all leases" in procs[2].log()
+
+
+def test_kill9_failover_redelivers_in_flight_message_after_visibility_timeout(workers):
+    """kill -9 mid-handler: partitions are stolen after the lease expires, and the
+    in-flight message is redelivered to the other worker after its visibility timeout."""
+    publish_partitions(4)
+    a = workers("a", "--group", "g1", "--topic", TOPIC)
+    wait_until(lambda: leases("g1") == {"a": 4}, 15, "a holds every partition")
+    wait_until(lambda: lag("g1") == 0, 10, "first messages consumed")
+    b = workers("b", "--group", "g1", "--topic", TOPIC)
+    wait_until(lambda: leases("g1") == {"a": 2, "b": 2}, 15, "2 partitions each")
+    a_keys = sorted(PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition_key", flat=True))
+
+    victim = publish(TOPIC, {"sleep_first": 60}, partition_key=a_keys[0])
+    wait_until(lambda: Handled.objects.filter(message_id=victim.id, worker="a").exists(), 10, "a starts the message")
+    a.kill9()
+    killed_at = time.monotonic()
+
+    redelivery = wait_until(
+        lambda: Handled.objects.filter(message_id=victim.id, worker="b").first(), 30, "redelivery to b"
+    )
+    first = Handled.objects.get(message_id=victim.id, worker="a")
+    assert redelivery.attempt == 2 and first.attempt == 1
+    assert (redelivery.handled_at - first.handled_at).total_seconds() >= VISIBILITY_TIMEOUT - 0.1
+    wait_until(lambda: leases("g1") == {"b": 4}, 10, "b holds every partition")
+    assert time.monotonic() - killed_at >= LEASE_DURATION - 1  # the lease was stolen, not handed over
+    wait_until(lambda: lag("g1") == 0, 15, "everything acked")
+    assert not b.log().count("Traceback"), b.log()
+
+
+def test_every_group_processes_every_message_in_partition_order(workers):
+    """Two groups, three workers each running both; publishing while they run."""
+    published = publish_many(TOPIC, [{"payload": {}, "partition_key": f"p{k:02d}"} for k in range(6)])
+    procs = [workers(f"w{i}", "--topic", TOPIC) for i in range(3)]
+    wait_until(lambda: leases("g1") == {"w0": 2, "w1": 2, "w2": 2}, 20, "g1 balanced")
+    wait_until(lambda: leases("g2") == {"w0": 2, "w1": 2, "w2": 2}, 20, "g2 balanced")
+    for batch in range(10):
+        published += publish_many(
+            TOPIC, [{"payload": {"batch": batch}, "partition_key": f"p{i % 6:02d}"} for i in range(60)]
+        )
+        published.append(publish(TOPIC, {"single": batch}, partition_key=f"p{batch % 6:02d}"))
+    wait_until(lambda: lag("g1") == 0 and lag("g2") == 0, 60, "both groups drained")
+
+    expected = {(m.partition_key, m.offset) for m in published}
+    assert len(expected) == 6 + 610
+    for group in ("g1", "g2"):
+        rows = list(Handled.objects.filter(group=group).values_list("partition_key", "offset", "worker", "attempt"))
+        assert {(k, o) for k, o, _, _ in rows} == expected
+        assert all(attempt == 1 for *_, attempt in rows)  # no failure, no redelivery
+        sequences: dict[str, list[int]] = defaultdict(list)
+        for key, offset, _, _ in rows:  # Handled ids follow the order handlers ran in
+            sequences[key].append(offset)
+        for key, offsets in sequences.items():
+            assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"{group} {key} out of order"
+    for p in procs:
+        assert p.terminate() == 0
+
+
+def test_failing_message_is_dead_lettered_for_its_group_only(workers):
+    failing = publish(TOPIC, {"fail": ["g1"]}, partition_key="p00", id="bad-1")
+    fine = publish(TOPIC, {"ok": True}, partition_key="p00")
+    workers("w", "--topic", TOPIC)
+    wait_until(lambda: lag("g1") == 0 and lag("g2") == 0, 30, "both groups done")
+
+    dead = Message.objects.get(topic=f"{TOPIC}_dlq")
+    assert dead.id == "g1:bad-1" and dead.partition_key == "p00"
+    assert dead.original_topic == TOPIC and dead.failure_count == 3 and dead.failed_at is not None
+    assert "ScriptedFailure: scripted failure of bad-1 in g1" in dead.last_error
+    assert dead.payload == {"fail": ["g1"]}
+    assert dead.metadata["dead_letter"] == {"consumer_group": "g1", "original_offset": failing.offset, "original_id": "bad-1"}
+    assert list(Handled.objects.filter(group="g1", message_id="bad-1").values_list("attempt", flat=True)) == [1, 2, 3]
+    # g2 got it once, succeeded; the original is still in the log for it; the other message flowed.
+    assert list(Handled.objects.filter(group="g2", message_id="bad-1").values_list("attempt", flat=True)) == [1]
+    assert Handled.objects.filter(message_id=fine.id).count() == 2
+    status = {s.group: s for s in queue_status(topic=TOPIC).groups}
+    assert status["g1"].dead_letters == 1 and status["g2"].dead_letters == 0
+
+
+def test_nacked_head_does_not_block_more_than_a_batch_of_later_messages(workers):
+    """The RFC's fetch (offset > watermark LIMIT batch_size) stalls here; ours must not."""
+    head = publish(TOPIC, {"retry": ["g1"], "delay": 60}, partition_key="p00")
+    worker = workers("w", "--group", "g1", "--topic", TOPIC)
+    wait_until(lambda: Handled.objects.filter(message_id=head.id).exists(), 15, "the head delivered and nacked")
+    later = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": "p00"} for i in range(35)])  # > 3 batches
+    started = time.monotonic()
+    wait_until(
+        lambda: Handled.objects.filter(group="g1", offset__gt=head.offset).count() == 35, 15, "35 later messages"
+    )
+    assert time.monotonic() - started < 10
+    assert Handled.objects.filter(message_id=head.id).count() == 1  # still waiting for its retry
+    assert ConsumerOffset.objects.get(consumer_group="g1", partition_key="p00").offset_acked == head.offset - 1
+    (partition,) = [p for p in queue_status(group="g1", topic=TOPIC).partitions if p.partition_key == "p00"]
+    assert partition.retrying == 1 and partition.lag == 36 and partition.in_flight == 0
+    assert [m.offset for m in later] == list(range(head.offset + 1, head.offset + 36))
+    assert worker.terminate() == 0
+
+
+def test_strict_serialization_with_batch_size_one(workers):
+    """batch_size=1: one message of a partition at a time, in order, across two workers."""
+    publish_many("proc.strict", [{"payload": {"sleep": 0.02}, "partition_key": f"s{i % 2}"} for i in range(40)])
+    workers("x", "--group", "strict")
+    workers("y", "--group", "strict")
+    wait_until(lambda: lag("strict", "proc.strict") == 0, 40, "strict topic drained")
+    rows = list(Handled.objects.filter(group="strict").values_list("partition_key", "offset", "attempt"))
+    for key in ("s0", "s1"):
+        offsets = [o for k, o, _ in rows if k == key]
+        assert offsets == list(range(1, 21))
+
+
+def test_gc_never_deletes_what_a_group_has_not_acked(workers):
+    """g1 is fast; g2 is slow and then killed with -9: GC keeps everything above g2's watermark."""
+    publish_many(TOPIC, [{"payload": {"sleep_in": {"g2": 0.1}}, "partition_key": "p00"} for _ in range(120)])
+    fast = workers("fast", "--group", "g1", "--topic", TOPIC)
+    slow = workers("slow", "--group", "g2", "--topic", TOPIC)
+    wait_until(lambda: lag("g1") == 0, 30, "g1 drained")
+    wait_until(lambda: ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked > 5, 20, "g2 started")
+    slow.kill9()
+    for _ in range(3):
+        call_command("queue_gc", verbosity=0)
+        time.sleep(1.2)  # the fast worker's own GC runs every second too
+        g2_mark = ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked
+        remaining = Message.objects.filter(topic=TOPIC, partition_key="p00").aggregate(lo=Min("offset"), hi=Max("offset"))
+        assert remaining["hi"] == 120
+        assert remaining["lo"] == g2_mark + 1, "GC must delete exactly what every group acked"
+    assert Message.objects.filter(topic=TOPIC).count() == 120 - g2_mark
+    # g2 comes back: it gets the rest, then GC removes everything.
+    workers("slow2", "--group", "g2", "--topic", TOPIC)
+    wait_until(lambda: lag("g2") == 0, 40, "g2 drained")
+    wait_until(lambda: not Message.objects.filter(topic=TOPIC).exists(), 10, "GC after both groups acked")
+    handled_by_g2 = set(Handled.objects.filter(group="g2").values_list("offset", flat=True))
+    assert handled_by_g2 == set(range(1, 121))
+    assert fast.terminate() == 0
+
+
+def test_paused_worker_loses_its_leases_and_stops_taking_messages(workers):
+    """SIGSTOP past the lease: another worker steals; on SIGCONT the paused one notices."""
+    publish_partitions(2)
+    a = workers("a", "--group", "g1", "--topic", TOPIC)
+    wait_until(lambda: leases("g1") == {"a": 2}, 15, "a holds both partitions")
+    wait_until(lambda: lag("g1") == 0, 10, "first messages consumed")
+    a.signal(signal.SIGSTOP)
+    try:
+        b = workers("b", "--group", "g1", "--topic", TOPIC)
+        wait_until(lambda: leases("g1") == {"b": 2}, 20, "b steals both after the lease expires")
+        during = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": f"p{i % 2:02d}"} for i in range(10)])
+        wait_until(lambda: lag("g1") == 0, 15, "b consumes what was published during the pause")
+        a.signal(signal.SIGCONT)
+        wait_until(lambda: "lost leases" in a.log(), 10, "a notices on its next renewal")
+        after = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": f"p{i % 2:02d}"} for i in range(20)])
+        wait_until(lambda: lag("g1") == 0, 15, "messages published after the pause consumed")
+    finally:
+        a.signal(signal.SIGCONT)
+    assert not Handled.objects.filter(worker="a", message_id__in=[m.id for m in during]).exists()
+    # Whoever owns a partition after the rebalance, no message is handled twice.
+    handled_after = Counter(Handled.objects.filter(message_id__in=[m.id for m in after]).values_list("message_id", flat=True))
+    assert set(handled_after.values()) == {1} and len(handled_after) == 20
+    assert a.terminate() == 0 and b.terminate() == 0
+
+
+def test_second_signal_exits_at_once(workers):
+    publish(TOPIC, {"sleep": 60}, partition_key="p00")
+    w = workers("w", "--group", "g1", "--topic", TOPIC)
+    wait_until(lambda: Handled.objects.exists(), 15, "handler running")
+    w.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert w.alive(), "the first signal waits for the message in hand"
+    w.signal(signal.SIGTERM)
+    assert w.proc.wait(5) == 143
