@@ -79,8 +79,21 @@ def database_config(url: str) -> dict:
 DATABASES = {"default": database_config(env.str("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Every key may be overridden from the environment (SQLQUEUE_<KEY>), e.g. by the demo.
 SQLQUEUE = {
-    "POLL_INTERVAL": env.float("SQLQUEUE_POLL_INTERVAL", default=0.1),
+    key: env.float(f"SQLQUEUE_{key}")
+    for key in (
+        "POLL_INTERVAL",
+        "POLL_INTERVAL_MAX",
+        "VISIBILITY_TIMEOUT",
+        "LEASE_DURATION",
+        "LEASE_RENEW_INTERVAL",
+        "BACKOFF_MIN",
+        "BACKOFF_MAX",
+        "GC_INTERVAL",
+        "RETENTION",
+    )
+    if f"SQLQUEUE_{key}" in env
 }
 
 LANGUAGE_CODE = "en-us"
