@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from .backoff import retry_delay
 from .conf import QueueSettings, get_settings
@@ -57,6 +58,27 @@ class _Outcomes:
     nacks: list[tuple[str, int, float]] = field(default_factory=list)
     dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
     unprocessed: list[tuple[str, int]] = field(default_factory=list)
+
+
+def tidy_connections() -> None:
+    """Close connections that broke or outlived ``CONN_MAX_AGE``; keep healthy ones.
+
+    Django's ``close_old_connections()`` closes a connection whose ``CONN_MAX_AGE`` is 0
+    (the default: "one connection per request") every time it is called, which would
+    make a worker reconnect on every poll. A worker is not a request: it keeps its
+    connection unless it broke, or unless a positive ``CONN_MAX_AGE`` has passed.
+    """
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None or connection.in_atomic_block:
+            continue
+        if connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()
+        elif connection.settings_dict.get("CONN_MAX_AGE") and connection.close_at is not None:
+            if time.monotonic() >= connection.close_at:
+                connection.close()
 
 
 def describe_error(exc: BaseException) -> str:
@@ -123,7 +145,7 @@ class Worker:
         conf = self.conf
         interval = conf.POLL_INTERVAL
         while not self.stop_event.is_set():
-            close_old_connections()
+            tidy_connections()
             full = delivered = False
             for sub in self.subscriptions:
                 if self.stop_event.is_set():
@@ -166,7 +188,9 @@ class Worker:
         for state in states:
             if state.advanceable:
                 key, wm = state.partition_key, state.watermark
-                new = self._db("advance watermark", lambda: store.advance_watermark(group, topic, key, wm))
+                new = self._db(
+                    "advance watermark", lambda key=key, wm=wm: store.advance_watermark(group, topic, key, wm)
+                )
                 state = by_key[key] = _with_watermark(state, new)
             fresh_after = max(state.watermark, state.delivered_max or 0)
             fresh = state.head > fresh_after
@@ -279,7 +303,7 @@ class Worker:
             outcomes.acks[m.partition_key].append(m.offset)
         finally:
             # A handler that broke the connection must not break the worker's next query.
-            close_old_connections()
+            tidy_connections()
 
     def _complete(self, sub: Subscription, outcomes: _Outcomes, states: dict[str, PartitionState]) -> None:
         store, group, topic = self.store, sub.group, sub.topic
