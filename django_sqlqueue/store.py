@@ -323,7 +323,7 @@ class QueueStore:
             for plan in plans[start : start + FETCH_CHUNK]:
                 if plan.fresh_after is not None:
                     branches.append(
-                        f"SELECT * FROM (SELECT {cols}, NULL AS retry_count, NULL AS status FROM queue_messages m "
+                        f"SELECT * FROM (SELECT {cols}, -1 AS retry_count, -1 AS status FROM queue_messages m "
                         f"WHERE m.topic = %s AND m.partition_key = %s AND m.{o} > %s ORDER BY m.{o} LIMIT {int(limit)})"
                         f" AS b{len(branches)}"
                     )
@@ -349,8 +349,9 @@ class QueueStore:
                         metadata=d.load_json(r[4]),
                         created_at=d.to_datetime(r[5]),  # type: ignore[arg-type]
                         deliver_at=d.to_datetime(r[6]),  # type: ignore[arg-type]
-                        retry_count=None if r[7] is None else int(r[7]),
-                        status=None if r[8] is None else int(r[8]),
+                        # -1 marks the fresh branch (a typed NULL is not portable in UNION).
+                        retry_count=None if r[7] == -1 else int(r[7]),
+                        status=None if r[8] == -1 else int(r[8]),
                     )
                 )
         return result

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def database_url() -> str:
     """The URL of the database the test is using (pytest-django's test database)."""
     s = connection.settings_dict
-    return f"mysql://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{s['NAME']}"
+    scheme, port = {"mysql": ("mysql", 3306), "postgresql": ("postgres", 5432)}[connection.vendor]
+    return f"{scheme}://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or port}/{s['NAME']}"
 
 
 class ConsumerProcess:

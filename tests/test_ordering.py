@@ -34,10 +34,11 @@ class Follower:
         last = 0
         while True:
             stopping = self.stop.is_set()
+            offset = connection.ops.quote_name("offset")
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT `offset` FROM {self.table} WHERE topic = %s AND partition_key = %s AND `offset` > %s "
-                    "ORDER BY `offset`",
+                    f"SELECT {offset} FROM {self.table} WHERE topic = %s AND partition_key = %s AND {offset} > %s "
+                    f"ORDER BY {offset}",
                     [self.topic, self.key, last],
                 )
                 rows = [row[0] for row in cursor.fetchall()]
@@ -55,17 +56,23 @@ class Follower:
 
 
 def all_offsets(topic: str, key: str) -> list[int]:
-    return list(Message.objects.filter(topic=topic, partition_key=key).values_list("offset", flat=True))
+    return list(Message.objects.filter(topic=topic, partition_key=key).order_by("offset").values_list("offset", flat=True))
 
 
 @pytest.fixture
 def autoinc_table():
     """A plain AUTO_INCREMENT log, as the RFC and watermill have it."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TABLE ctl_autoinc_log (`offset` BIGINT AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(50), "
-            "partition_key VARCHAR(50))"
-        )
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                'CREATE TABLE ctl_autoinc_log ("offset" BIGSERIAL PRIMARY KEY, topic VARCHAR(50), '
+                "partition_key VARCHAR(50))"
+            )
+        else:
+            cursor.execute(
+                "CREATE TABLE ctl_autoinc_log (`offset` BIGINT AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(50), "
+                "partition_key VARCHAR(50))"
+            )
     yield "ctl_autoinc_log"
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE ctl_autoinc_log")
@@ -73,8 +80,11 @@ def autoinc_table():
 
 def plain_insert() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO ctl_autoinc_log (topic, partition_key) VALUES ('t', 'p')")
-        return cursor.lastrowid
+        offset = connection.ops.quote_name("offset")
+        cursor.execute(f"INSERT INTO ctl_autoinc_log (topic, partition_key) VALUES ('t', 'p') RETURNING {offset}"
+                       if connection.vendor == "postgresql" else
+                       "INSERT INTO ctl_autoinc_log (topic, partition_key) VALUES ('t', 'p')")
+        return cursor.fetchone()[0] if connection.vendor == "postgresql" else cursor.lastrowid
 
 
 def test_control_plain_autoincrement_insert_is_skipped_by_follower(spawn, autoinc_table):

@@ -52,7 +52,9 @@ def workers(transactional_db):
 
 
 def leases(group: str, topic: str = TOPIC) -> dict[str, int]:
-    return dict(Counter(PartitionLease.objects.filter(consumer_group=group, topic=topic).values_list("leased_by", flat=True)))
+    return dict(
+        Counter(PartitionLease.objects.filter(consumer_group=group, topic=topic).values_list("leased_by", flat=True))
+    )
 
 
 def lag(group: str, topic: str = TOPIC) -> int:
@@ -97,7 +99,9 @@ def test_kill9_failover_redelivers_in_flight_message_after_visibility_timeout(wo
     wait_until(lambda: lag("g1") == 0, 10, "first messages consumed")
     b = workers("b", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: leases("g1") == {"a": 2, "b": 2}, 15, "2 partitions each")
-    a_keys = sorted(PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition_key", flat=True))
+    a_keys = sorted(
+        PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition_key", flat=True)
+    )
 
     victim = publish(TOPIC, {"sleep_first": 60}, partition_key=a_keys[0])
     wait_until(lambda: Handled.objects.filter(message_id=victim.id, worker="a").exists(), 10, "a starts the message")
@@ -155,7 +159,11 @@ def test_failing_message_is_dead_lettered_for_its_group_only(workers):
     assert dead.original_topic == TOPIC and dead.failure_count == 3 and dead.failed_at is not None
     assert "ScriptedFailure: scripted failure of bad-1 in g1" in dead.last_error
     assert dead.payload == {"fail": ["g1"]}
-    assert dead.metadata["dead_letter"] == {"consumer_group": "g1", "original_offset": failing.offset, "original_id": "bad-1"}
+    assert dead.metadata["dead_letter"] == {
+        "consumer_group": "g1",
+        "original_offset": failing.offset,
+        "original_id": "bad-1",
+    }
     assert list(Handled.objects.filter(group="g1", message_id="bad-1").values_list("attempt", flat=True)) == [1, 2, 3]
     # g2 got it once, succeeded; the original is still in the log for it; the other message flowed.
     assert list(Handled.objects.filter(group="g2", message_id="bad-1").values_list("attempt", flat=True)) == [1]
@@ -201,13 +209,17 @@ def test_gc_never_deletes_what_a_group_has_not_acked(workers):
     fast = workers("fast", "--group", "g1", "--topic", TOPIC)
     slow = workers("slow", "--group", "g2", "--topic", TOPIC)
     wait_until(lambda: lag("g1") == 0, 30, "g1 drained")
-    wait_until(lambda: ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked > 5, 20, "g2 started")
+    wait_until(
+        lambda: ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked > 5, 20, "g2 started"
+    )
     slow.kill9()
     for _ in range(3):
         call_command("queue_gc", verbosity=0)
         time.sleep(1.2)  # the fast worker's own GC runs every second too
         g2_mark = ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked
-        remaining = Message.objects.filter(topic=TOPIC, partition_key="p00").aggregate(lo=Min("offset"), hi=Max("offset"))
+        remaining = Message.objects.filter(topic=TOPIC, partition_key="p00").aggregate(
+            lo=Min("offset"), hi=Max("offset")
+        )
         assert remaining["hi"] == 120
         assert remaining["lo"] == g2_mark + 1, "GC must delete exactly what every group acked"
     assert Message.objects.filter(topic=TOPIC).count() == 120 - g2_mark
@@ -240,7 +252,9 @@ def test_paused_worker_loses_its_leases_and_stops_taking_messages(workers):
         a.signal(signal.SIGCONT)
     assert not Handled.objects.filter(worker="a", message_id__in=[m.id for m in during]).exists()
     # Whoever owns a partition after the rebalance, no message is handled twice.
-    handled_after = Counter(Handled.objects.filter(message_id__in=[m.id for m in after]).values_list("message_id", flat=True))
+    handled_after = Counter(
+        Handled.objects.filter(message_id__in=[m.id for m in after]).values_list("message_id", flat=True)
+    )
     assert set(handled_after.values()) == {1} and len(handled_after) == 20
     assert a.terminate() == 0 and b.terminate() == 0
 
