@@ -94,3 +94,23 @@ ensure_mariadb() {
 }
 
 MYSQL_URL="mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue"
+POSTGRES_URL="postgres://sqlqueue:sqlqueue@127.0.0.1:5432/sqlqueue"
+
+postgres_ping() { PGPASSWORD=sqlqueue psql -h 127.0.0.1 -U sqlqueue -d postgres -tAc 'SELECT 1' >/dev/null 2>&1; }
+
+# A running PostgreSQL on 127.0.0.1:5432 with a 'sqlqueue' superuser (tests create databases).
+ensure_postgres() {
+  if postgres_ping; then return; fi
+  if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+    apt_install postgresql postgresql-client
+  fi
+  if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
+    log "starting PostgreSQL"
+    local version; version="$(ls /etc/postgresql | sort -V | tail -n1)"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    for _ in $(seq 1 60); do pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1 && break; sleep 1; done
+  fi
+  log "creating PostgreSQL role sqlqueue"
+  as_root runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qc "DO \$\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sqlqueue') THEN CREATE ROLE sqlqueue LOGIN SUPERUSER PASSWORD 'sqlqueue'; END IF; END\$\$"
+  postgres_ping || { log "PostgreSQL is not reachable on 127.0.0.1:5432 as sqlqueue"; exit 1; }
+}
