@@ -12,8 +12,12 @@ JITTER = 0.2
 def retry_delay(attempt: int, minimum: float, maximum: float, rng: random.Random | None = None) -> float:
     """Return the delay before retrying after failed attempt number ``attempt`` (1-based).
 
-    ``minimum * 2 ** (attempt - 1)``, jittered by +/-20%, never above ``maximum``.
+    ``minimum * 2 ** (attempt - 1)``, capped at ``maximum``, jittered by +/-20%. A value
+    the jitter pushes above ``maximum`` is reflected below it, so delays at the cap
+    still spread over [0.8 * maximum, maximum] instead of all equalling ``maximum``.
     """
-    base = minimum * (2 ** min(max(attempt - 1, 0), 62))
-    factor = 1 + (rng or random).uniform(-JITTER, JITTER)
-    return min(maximum, base * factor)
+    base = min(maximum, minimum * (2 ** min(max(attempt - 1, 0), 62)))
+    delay = base * (1 + (rng or random).uniform(-JITTER, JITTER))
+    if delay > maximum:
+        delay = 2 * maximum - delay
+    return delay

@@ -132,12 +132,13 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
             [*cutoff_params, *topics, *groups],
         )
     }
+    # Distinct subscribers per group: one worker consuming two topics is one subscriber.
     subscribers = {
-        (g, t): int(n)
-        for g, t, n in rows(
-            "SELECT consumer_group, topic, COUNT(*) FROM queue_subscriber_heartbeats "
+        g: int(n)
+        for g, n in rows(
+            "SELECT consumer_group, COUNT(DISTINCT subscriber_name) FROM queue_subscriber_heartbeats "
             f"WHERE deregistered_at IS NULL AND heartbeat_at > {cutoff} AND {_in('topic', topics)} "
-            "GROUP BY consumer_group, topic",
+            "GROUP BY consumer_group",
             [*cutoff_params, *topics],
         )
     }
@@ -185,7 +186,7 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 in_flight=sum(p.in_flight for p in mine),
                 retrying=sum(p.retrying for p in mine),
                 dead_letters=sum(p.dead_letters for p in mine),
-                live_subscribers=sum(n for (gg, _), n in subscribers.items() if gg == g),
+                live_subscribers=subscribers.get(g, 0),
             )
         )
     return QueueStatus(partitions=result, groups=summaries)

@@ -223,7 +223,9 @@ class Worker:
                 self._handle(sub, message, outcomes)
                 handled += 1
         self._complete(sub, outcomes, by_key)
-        return handled, full
+        # Parking delayed messages is progress too: poll again at once, or ready messages
+        # behind many delayed ones would wait through idle backoff.
+        return handled, full or bool(parked)
 
     def _select(
         self, sub: Subscription, fetched: list[FetchedMessage], states: dict[str, PartitionState]

@@ -1,0 +1,211 @@
+"""Shared helpers of the consumer-engine tests: fast settings, an in-process worker on a
+thread, waiting on database state, and short readers of the queue tables.
+
+Everything here reads or writes real rows; times that the engine compares come from the
+database clock (``QueueStore.now()``), never from Python's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection, connections
+
+from django_sqlqueue.conf import QueueSettings
+from django_sqlqueue.consumers import ConsumerSpec
+from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, Partition
+from django_sqlqueue.store import FetchPlan, QueueStore
+from django_sqlqueue.worker import Worker
+
+IN_FLIGHT = DeliveryState.Status.IN_FLIGHT
+RETRY = DeliveryState.Status.RETRY
+SCHEDULED = DeliveryState.Status.SCHEDULED
+
+#: Settings that make a worker react within tens of milliseconds.
+FAST = {
+    "LEASE_RENEW_INTERVAL": 0.2,
+    "LEASE_DURATION": 2.0,
+    "POLL_INTERVAL": 0.01,
+    "POLL_INTERVAL_MAX": 0.05,
+    "BACKOFF_MIN": 0.05,
+    "BACKOFF_MAX": 0.2,
+}
+
+
+def fast_conf(**overrides: Any) -> QueueSettings:
+    return QueueSettings(**{**FAST, **overrides})
+
+
+def store() -> QueueStore:
+    return QueueStore("default")
+
+
+def db_now():
+    """The database's current time (the clock the engine compares with)."""
+    return store().now()
+
+
+def spec(topic: str, group: str, handler: Callable[..., Any], **options: Any) -> ConsumerSpec:
+    return ConsumerSpec(topic=topic, group=group, handler=handler, **options)
+
+
+# -- waiting and recording -------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll ``predicate`` (which may read the database) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+class Calls:
+    """A thread-safe list of what handlers saw."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Any] = []
+
+    def add(self, item: Any) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def list(self) -> list[Any]:
+        with self._lock:
+            return list(self._items)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+class _ErrorLog(logging.Handler):
+    """Collects ERROR records of django_sqlqueue (a failed poll is logged, not raised)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def running(
+    specs: list[ConsumerSpec],
+    *,
+    name: str = "t1",
+    conf: QueueSettings | None = None,
+    allow_errors: bool = False,
+) -> Iterator[Worker]:
+    """Run ``Worker(specs).run()`` on a thread for the duration of the block.
+
+    On exit the worker is stopped and joined; an exception of ``run()`` or an ERROR logged
+    by the engine (a failed poll or lease round) fails the test.
+    """
+    worker = Worker(specs, name=name, conf=conf or fast_conf())
+    errors: list[BaseException] = []
+    log = _ErrorLog()
+    logger = logging.getLogger("django_sqlqueue")
+    logger.addHandler(log)
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name=f"worker-{name}", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(15)
+        logger.removeHandler(log)
+        assert not thread.is_alive(), f"worker {name} did not stop within 15s"
+    if errors:
+        raise errors[0]
+    if not allow_errors:
+        assert not log.records, "engine logged errors: " + "; ".join(
+            f"{r.getMessage()} {r.exc_text or ''}" for r in log.records
+        )
+
+
+# -- reading the tables ------------------------------------------------------------------
+
+
+def watermark(group: str, topic: str, key: str = "") -> int | None:
+    row = ConsumerOffset.objects.filter(consumer_group=group, topic=topic, partition_key=key).first()
+    return None if row is None else row.offset_acked
+
+
+def head(topic: str, key: str = "") -> int:
+    return Partition.objects.get(topic=topic, partition_key=key).head_offset
+
+
+def caught_up(group: str, topic: str, keys: list[str]) -> bool:
+    return all(watermark(group, topic, key) == head(topic, key) for key in keys)
+
+
+def delivery_rows(group: str, topic: str, key: str | None = None) -> list[DeliveryState]:
+    rows = DeliveryState.objects.filter(consumer_group=group, topic=topic)
+    if key is not None:
+        rows = rows.filter(partition_key=key)
+    return list(rows.order_by("partition_key", "message_offset"))
+
+
+def row(group: str, topic: str, key: str, offset: int) -> DeliveryState:
+    return DeliveryState.objects.get(consumer_group=group, topic=topic, partition_key=key, message_offset=offset)
+
+
+def dead_letters(topic: str) -> list[Message]:
+    return list(Message.objects.filter(topic=topic).order_by("partition_key", "offset"))
+
+
+def execute(sql: str, params: list[Any] | tuple[Any, ...] = ()) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def age_lease(group: str, topic: str, key: str, seconds: float) -> None:
+    """Make a lease look last renewed ``seconds`` ago (data, not the clock)."""
+    assert (
+        execute(
+            "UPDATE queue_partition_leases SET lease_renewed_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)) "
+            "WHERE consumer_group = %s AND topic = %s AND partition_key = %s",
+            [-round(seconds * 1_000_000), group, topic, key],
+        )
+        == 1
+    )
+
+
+def age_messages(topic: str, key: str, offsets: list[int], seconds: float) -> None:
+    """Make messages look published ``seconds`` ago (for retention)."""
+    execute(
+        "UPDATE queue_messages SET published_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)) "
+        f"WHERE topic = %s AND partition_key = %s AND `offset` IN ({', '.join(['%s'] * len(offsets))})",
+        [-round(seconds * 1_000_000), topic, key, *offsets],
+    )
+
+
+def fetch_fresh(group: str, topic: str, key: str, after: int = 0, limit: int = 100):
+    """Fetch never-delivered messages of one partition above ``after``."""
+    return store().fetch(group, topic, [FetchPlan(key, after, False)], limit)
+
+
+def fetch_due(group: str, topic: str, key: str, limit: int = 100):
+    return store().fetch(group, topic, [FetchPlan(key, None, True)], limit)
