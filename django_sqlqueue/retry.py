@@ -19,10 +19,18 @@ from django.db.utils import InterfaceError
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: MySQL: deadlock, lock-wait timeout.
 DEADLOCK_CODES = frozenset({1213, 1205})
+#: MySQL: server gone away, lost connection, cannot connect.
 CONNECTION_CODES = frozenset({2006, 2013, 2002, 2003})
-#: PostgreSQL serialization failure / deadlock, SQLite busy: worth another try.
-OTHER_TRANSIENT = ("deadlock detected", "could not serialize", "database is locked")
+#: PostgreSQL SQLSTATEs: serialization failure, deadlock, lock timeout (not "57014"
+#: statement timeout, which is deliberate and must not be retried).
+PG_RETRY_STATES = frozenset({"40001", "40P01", "55P03"})
+#: PostgreSQL SQLSTATEs of a dead session: admin/crash/cannot-connect shutdown.
+PG_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: SQLite has no codes worth reading: a busy database is worth another try.
+TRANSIENT_TEXT = ("database is locked",)
+LOST_TEXT = ("server closed the connection", "the connection is closed")
 
 
 def is_transient(exc: BaseException) -> tuple[bool, bool]:
@@ -34,8 +42,14 @@ def is_transient(exc: BaseException) -> tuple[bool, bool]:
         return True, False
     if code in CONNECTION_CODES:
         return True, True
+    state = getattr(exc.__cause__, "sqlstate", None) or ""
+    if state in PG_RETRY_STATES:
+        return True, False
+    if state in PG_LOST_STATES or state.startswith("08"):
+        return True, True
     text = str(exc).lower()
-    return any(marker in text for marker in OTHER_TRANSIENT), "server closed the connection" in text
+    lost = any(marker in text for marker in LOST_TEXT)
+    return lost or any(marker in text for marker in TRANSIENT_TEXT), lost
 
 
 def with_retries(fn: Callable[[], T], *, using: str, what: str, attempts: int = 5) -> T:

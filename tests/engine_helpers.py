@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from django.db import connection, connections
 
 from django_sqlqueue.conf import QueueSettings
 from django_sqlqueue.consumers import ConsumerSpec
+from django_sqlqueue.dialects import get_dialect
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, Partition
 from django_sqlqueue.store import FetchPlan, QueueStore
 from django_sqlqueue.worker import Worker
@@ -52,6 +54,72 @@ def db_now():
 
 def spec(topic: str, group: str, handler: Callable[..., Any], **options: Any) -> ConsumerSpec:
     return ConsumerSpec(topic=topic, group=group, handler=handler, **options)
+
+
+# -- one vendor's behaviour ---------------------------------------------------------------
+
+
+def requires_vendor(*vendors: str) -> pytest.MarkDecorator:
+    """Skip a test unless the database is one of ``vendors`` (``connection.vendor``).
+
+    For tests that force a server-side behaviour -- a lock-wait timeout, a killed
+    session, a row-lock wait observed from outside -- through statements only some
+    vendors have (see ``session_id``, ``lock_waiting``, ``kill_session`` and
+    ``error_code`` below, written for MySQL/MariaDB and PostgreSQL). Another vendor
+    (SQLite: one writer, no server sessions to kill or watch, no lock-wait timeout) has
+    no equivalent to force, so such a test is skipped there instead of being weakened
+    into one that proves less on every database.
+    """
+    return pytest.mark.skipif(
+        connection.vendor not in vendors,
+        reason=f"needs {' or '.join(vendors)}, not {connection.vendor}",
+    )
+
+
+def by_vendor(**values: Any) -> Any:
+    """The value for this connection's vendor: ``by_vendor(mysql=1213, postgresql="40P01")``."""
+    return values[connection.vendor]
+
+
+def error_code(exc: BaseException) -> int | str | None:
+    """The server's code of a database error Django raised: MySQL's error number,
+    PostgreSQL's SQLSTATE (Django re-raises the driver's exception ``from`` it)."""
+    if connection.vendor == "postgresql":
+        return getattr(exc.__cause__, "sqlstate", None)
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+
+
+def session_id() -> int:
+    """The server's id of this thread's connection (MySQL thread id, PostgreSQL backend pid)."""
+    with connection.cursor() as cursor:
+        cursor.execute(by_vendor(mysql="SELECT CONNECTION_ID()", postgresql="SELECT pg_backend_pid()"))
+        return cursor.fetchone()[0]
+
+
+def lock_waiting(session: int) -> bool:
+    """Whether the session ``session`` (a ``session_id()``) is waiting for a lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            by_vendor(
+                mysql="SELECT COUNT(*) FROM information_schema.innodb_trx "
+                "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
+                postgresql="SELECT COUNT(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+            ),
+            [session],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def kill_session(session: int) -> None:
+    """Terminate the server session ``session`` from this thread's connection (another
+    one): its client finds its connection lost on its next statement."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # With a timeout, pg_terminate_backend waits until the backend has exited.
+            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [session])
+            assert cursor.fetchone()[0], f"backend {session} did not exit"
+        else:
+            cursor.execute(f"KILL CONNECTION {int(session)}")
 
 
 # -- waiting and recording -------------------------------------------------------------
@@ -181,13 +249,20 @@ def execute(sql: str, params: list[Any] | tuple[Any, ...] = ()) -> int:
         return cursor.rowcount
 
 
+def now_minus(seconds: float) -> tuple[str, list[Any]]:
+    """SQL (and its parameter) for the database clock's now minus ``seconds``, in this
+    connection's dialect (for ageing rows: data, not the clock)."""
+    return get_dialect(connection).now_minus(seconds)
+
+
 def age_lease(group: str, topic: str, key: str, seconds: float) -> None:
     """Make a lease look last renewed ``seconds`` ago (data, not the clock)."""
+    ago, ago_params = now_minus(seconds)
     assert (
         execute(
-            "UPDATE queue_partition_leases SET lease_renewed_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)) "
+            f"UPDATE queue_partition_leases SET lease_renewed_at = {ago} "
             "WHERE consumer_group = %s AND topic = %s AND partition_key = %s",
-            [-round(seconds * 1_000_000), group, topic, key],
+            [*ago_params, group, topic, key],
         )
         == 1
     )
@@ -195,11 +270,13 @@ def age_lease(group: str, topic: str, key: str, seconds: float) -> None:
 
 def age_messages(topic: str, key: str, offsets: list[int], seconds: float) -> None:
     """Make messages look published ``seconds`` ago (for retention)."""
-    execute(
-        "UPDATE queue_messages SET published_at = TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6)) "
-        f"WHERE topic = %s AND partition_key = %s AND `offset` IN ({', '.join(['%s'] * len(offsets))})",
-        [-round(seconds * 1_000_000), topic, key, *offsets],
-    )
+    ago, ago_params = now_minus(seconds)
+    offset = connection.ops.quote_name("offset")
+    assert execute(
+        f"UPDATE queue_messages SET published_at = {ago} "
+        f"WHERE topic = %s AND partition_key = %s AND {offset} IN ({', '.join(['%s'] * len(offsets))})",
+        [*ago_params, topic, key, *offsets],
+    ) == len(offsets)
 
 
 def fetch_fresh(group: str, topic: str, key: str, after: int = 0, limit: int = 100):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from django_sqlqueue import publish_many
@@ -16,7 +16,10 @@ from .engine_helpers import (
     age_messages,
     caught_up,
     fast_conf,
+    lock_waiting,
+    requires_vendor,
     running,
+    session_id,
     spec,
     store,
     wait_until,
@@ -32,7 +35,8 @@ def fill(topic: str, key: str, n: int) -> None:
 
 
 def offsets(topic: str, key: str) -> list[int]:
-    return list(Message.objects.filter(topic=topic, partition_key=key).values_list("offset", flat=True))
+    rows = Message.objects.filter(topic=topic, partition_key=key).order_by("offset")
+    return list(rows.values_list("offset", flat=True))
 
 
 def test_collect_garbage_over_every_topic():
@@ -109,17 +113,7 @@ def test_worker_collects_garbage_of_its_partitions():
     assert watermark("g", "gc.w", "k") == watermark("g", "gc.w", "j") == 5
 
 
-def lock_waiting(connection_id: int) -> bool:
-    """Whether the session ``connection_id`` is waiting for a row lock."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s "
-            "AND trx_state = 'LOCK WAIT'",
-            [connection_id],
-        )
-        return cursor.fetchone()[0] > 0
-
-
+@requires_vendor("mysql", "postgresql")
 def test_new_group_joining_while_gc_deletes_is_not_stranded_below_a_hole(spawn):
     """GC computes its floor from the groups it sees, then deletes. A group that creates its
     watermark in between (from the oldest message still there) must not end up with
@@ -141,9 +135,7 @@ def test_new_group_joining_while_gc_deletes_is_not_stranded_below_a_hole(spawn):
             assert release.wait(10)
 
     def gc() -> tuple[int, int]:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT CONNECTION_ID()")
-            gc_ids.append(cursor.fetchone()[0])
+        gc_ids.append(session_id())
         return store().collect_garbage("race", None, 0)
 
     gc_ids: list[int] = []

@@ -11,10 +11,15 @@ from django.db import OperationalError, ProgrammingError, connection, transactio
 from django_sqlqueue.models import Partition
 from django_sqlqueue.retry import is_transient, with_retries
 
-from .engine_helpers import Calls
+from .engine_helpers import Calls, by_vendor, error_code, kill_session, requires_vendor, session_id
 from .factories import PartitionFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), requires_vendor("mysql", "postgresql")]
+
+#: The server's codes of the errors forced below (MySQL error numbers, PostgreSQL SQLSTATEs).
+DEADLOCK = {"mysql": 1213, "postgresql": "40P01"}  # deadlock detected
+LOCK_WAIT_TIMEOUT = {"mysql": 1205, "postgresql": "55P03"}  # lock_not_available
+SYNTAX_ERROR = {"mysql": 1064, "postgresql": "42601"}
 
 
 def lock_and_bump(key: str) -> None:
@@ -67,7 +72,7 @@ def test_control_crossing_transactions_deadlock(spawn):
     results = crossing_transactions(spawn, retried=False)[:2]
     errors = [r for r in results if isinstance(r, OperationalError)]
     assert len(errors) == 1, results
-    assert errors[0].args[0] == 1213
+    assert error_code(errors[0]) == by_vendor(**DEADLOCK)
     assert is_transient(errors[0]) == (True, False)
     assert heads() == {"x": 1, "y": 1}  # the victim's first update was rolled back
 
@@ -96,7 +101,10 @@ def test_lock_wait_timeout_is_retried_then_raised_after_the_last_attempt(spawn):
     assert locked.wait(10)
     calls = Calls()
     with connection.cursor() as cursor:
-        cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        # A one-second lock wait on this session (PostgreSQL waits forever by default).
+        cursor.execute(
+            by_vendor(mysql="SET SESSION innodb_lock_wait_timeout = 1", postgresql="SET lock_timeout = '1s'")
+        )
 
     def blocked() -> None:
         calls.add(1)
@@ -110,33 +118,30 @@ def test_lock_wait_timeout_is_retried_then_raised_after_the_last_attempt(spawn):
         release.set()
         h.join_ok()
         with connection.cursor() as cursor:
-            cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
-    assert info.value.args[0] == 1205
-    assert len(calls) == 2
+            cursor.execute(
+                by_vendor(mysql="SET SESSION innodb_lock_wait_timeout = DEFAULT", postgresql="RESET lock_timeout")
+            )
+    assert error_code(info.value) == by_vendor(**LOCK_WAIT_TIMEOUT)
+    assert len(calls) == 2, f"the lock-wait timeout was not retried: {info.value}"
     # Once the lock is free, the same operation goes through on the first try.
     assert with_retries(blocked, using="default", what="free") is None
     assert heads() == {"x": 2}
 
 
 def test_lost_connection_is_reopened_and_retried(spawn):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (conn_id,) = cursor.fetchone()
-
-    def kill() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"KILL CONNECTION {int(conn_id)}")
-
-    spawn(kill, name="killer").join_ok()
+    conn_id = session_id()
+    spawn(lambda: kill_session(conn_id), name="killer").join_ok()
     calls = Calls()
 
     def query() -> int:
         calls.add(1)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT CONNECTION_ID()")
-            return cursor.fetchone()[0]
+        return session_id()
 
-    new_id = with_retries(query, using="default", what="after kill")
+    try:
+        new_id = with_retries(query, using="default", what="after kill")
+    finally:
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()  # whatever happened above, the next test gets a live connection
     assert len(calls) == 2
     assert new_id != conn_id
 
@@ -151,21 +156,28 @@ def test_syntax_error_propagates_at_once():
 
     with pytest.raises(ProgrammingError) as info:
         with_retries(broken, using="default", what="broken")
-    assert info.value.args[0] == 1064
+    assert error_code(info.value) == by_vendor(**SYNTAX_ERROR)
     assert len(calls) == 1
 
 
 def test_non_transient_operational_error_propagates_at_once():
+    """A statement the server will reject every time, raised as an OperationalError: an
+    unknown column on MySQL (1054); on PostgreSQL, where an unknown column is a
+    ProgrammingError, a program limit (54000, more array dimensions than allowed)."""
     calls = Calls()
+    statement, code = by_vendor(
+        mysql=("SELECT no_such_column FROM queue_partitions", 1054),
+        postgresql=("SELECT array_fill(0, ARRAY[1, 1, 1, 1, 1, 1, 1])", "54000"),
+    )
 
-    def unknown_column() -> None:
+    def rejected() -> None:
         calls.add(1)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT no_such_column FROM queue_partitions")
+            cursor.execute(statement)
 
     with pytest.raises(OperationalError) as info:
-        with_retries(unknown_column, using="default", what="unknown column")
-    assert info.value.args[0] == 1054
+        with_retries(rejected, using="default", what="rejected statement")
+    assert error_code(info.value) == code
     assert is_transient(info.value) == (False, False)
     assert len(calls) == 1
 

@@ -29,6 +29,7 @@ from .engine_helpers import (
     execute,
     fetch_due,
     fetch_fresh,
+    now_minus,
     row,
     store,
     watermark,
@@ -45,6 +46,11 @@ def fill(key: str, n: int, topic: str = T) -> list[Message]:
         topic,
         [{"payload": {"key": key, "i": i}, "partition_key": key} for i in range(1, n + 1)],
     )
+
+
+def stored_offsets(**filters: object) -> list[int]:
+    """Offsets of the stored messages matching ``filters``, in offset order."""
+    return list(Message.objects.filter(**filters).order_by("offset").values_list("offset", flat=True))
 
 
 def deliver(
@@ -79,10 +85,9 @@ def test_heartbeat_deregister_and_active_subscribers():
     assert s.active_subscribers(G, T, 30) == 1
     s.heartbeat(G, T, "w2")  # back again: no longer deregistered
     assert SubscriberHeartbeat.objects.get(subscriber_name="w2").deregistered_at is None
-    execute(
-        "UPDATE queue_subscriber_heartbeats SET heartbeat_at = TIMESTAMPADD(SECOND, -60, UTC_TIMESTAMP(6)) "
-        "WHERE subscriber_name = 'w1'"
-    )
+    ago, ago_params = now_minus(60)
+    sql = f"UPDATE queue_subscriber_heartbeats SET heartbeat_at = {ago} WHERE subscriber_name = 'w1'"
+    assert execute(sql, ago_params) == 1
     assert s.active_subscribers(G, T, 30) == 1
     assert s.forget_subscribers(T, 45) == 1
     assert set(SubscriberHeartbeat.objects.values_list("subscriber_name", flat=True)) == {"w2", "w3"}
@@ -346,10 +351,9 @@ def test_mark_delivered_fresh_redelivered_and_parked():
 
     # 1 is nacked, 2's visibility expires, the parked 4 comes due (data, not the clock).
     s.nack(G, T, [("a", 1, 0)])
-    execute(
-        "UPDATE queue_delivery_state SET invisible_until = TIMESTAMPADD(SECOND, -1, UTC_TIMESTAMP(6)) "
-        "WHERE partition_key = 'a' AND message_offset IN (2, 4)"
-    )
+    ago, ago_params = now_minus(1)
+    where = "partition_key = 'a' AND message_offset IN (2, 4)"
+    assert execute(f"UPDATE queue_delivery_state SET invisible_until = {ago} WHERE {where}", ago_params) == 2
     due = {m.offset: m for m in fetch_due(G, T, "a")}
     assert sorted(due) == [1, 2, 4]
     before = db_now()
@@ -450,7 +454,8 @@ def test_ack_flags_only_the_given_rows_of_the_group():
     deliver("b", [1])
     deliver("a", [1, 2, 3], group="analytics")
     s.ack(G, T, [("a", 3), ("b", 1), ("a", 1)])
-    assert [(r.partition_key, r.message_offset) for r in DeliveryState.objects.filter(acked=True)] == [
+    acked = DeliveryState.objects.filter(acked=True).order_by("partition_key", "message_offset")
+    assert [(r.partition_key, r.message_offset) for r in acked] == [
         ("a", 1),
         ("a", 3),
         ("b", 1),
@@ -559,8 +564,8 @@ def test_collect_garbage_never_deletes_above_the_lowest_watermark():
     s = store()
     assert s.consuming_groups(T) == {"g1", "g2"}
     assert s.collect_garbage(T, None, 0) == 8
-    assert list(Message.objects.filter(partition_key="a").values_list("offset", flat=True)) == list(range(6, 11))
-    assert list(Message.objects.filter(partition_key="b").values_list("offset", flat=True)) == list(range(4, 11))
+    assert stored_offsets(partition_key="a") == list(range(6, 11))
+    assert stored_offsets(partition_key="b") == list(range(4, 11))
     assert s.collect_garbage(T, None, 0) == 0
 
     ConsumerOffset.objects.filter(consumer_group="g2", partition_key="a").update(offset_acked=9)
@@ -599,9 +604,9 @@ def test_collect_garbage_honours_retention():
     age_messages(T, "a", [1, 2, 6], 7200)
     s = store()
     assert s.collect_garbage(T, None, 3600) == 2  # 1 and 2; 3..5 are too young, 6 not acked
-    assert list(Message.objects.values_list("offset", flat=True)) == [3, 4, 5, 6]
+    assert stored_offsets() == [3, 4, 5, 6]
     assert s.collect_garbage(T, None, 0) == 3
-    assert list(Message.objects.values_list("offset", flat=True)) == [6]
+    assert stored_offsets() == [6]
 
 
 def test_fetch_spans_more_partitions_than_one_statement_holds():
