@@ -265,8 +265,9 @@ class QueueStore:
         for key in sorted(set(keys)):
             self._execute(
                 "INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) "
-                f"SELECT %s, p.topic, p.partition_key, COALESCE((SELECT MIN(m.{o}) FROM queue_messages m "
-                "WHERE m.topic = p.topic AND m.partition_key = p.partition_key) - 1, p.head_offset), "
+                f"SELECT %s, p.topic, p.partition_key, COALESCE((SELECT m.{o} FROM queue_messages m "
+                f"WHERE m.topic = p.topic AND m.partition_key = p.partition_key ORDER BY m.{o} LIMIT 1) - 1, "
+                "p.head_offset), "
                 f"{d.now_sql} FROM queue_partitions p WHERE p.topic = %s AND p.partition_key = %s "
                 f"{d.on_conflict_ignore(['consumer_group', 'topic', 'partition_key'], 'offset_acked')}",
                 [group, topic, key],
@@ -294,8 +295,10 @@ class QueueStore:
             f"(SELECT d.acked FROM queue_delivery_state d WHERE {same} "
             "AND d.message_offset = COALESCE(o.offset_acked, 0) + 1), "
             # Below the oldest retained message: GC removed offsets the watermark must skip.
-            f"COALESCE((SELECT MIN(m.{o}) FROM queue_messages m WHERE m.topic = l.topic "
-            "AND m.partition_key = l.partition_key), p.head_offset + 1) > COALESCE(o.offset_acked, 0) + 1, "
+            # (ORDER BY ... LIMIT 1, not MIN(): MariaDB scans the partition for a correlated MIN.)
+            f"COALESCE((SELECT m.{o} FROM queue_messages m WHERE m.topic = l.topic "
+            f"AND m.partition_key = l.partition_key ORDER BY m.{o} LIMIT 1), p.head_offset + 1) "
+            "> COALESCE(o.offset_acked, 0) + 1, "
             f"{d.now_sql} "
             "FROM queue_partition_leases l "
             "JOIN queue_partitions p ON p.topic = l.topic AND p.partition_key = l.partition_key "
@@ -344,18 +347,24 @@ class QueueStore:
             for plan in plans[start : start + FETCH_CHUNK]:
                 if plan.fresh_after is not None:
                     branches.append(
-                        f"SELECT * FROM (SELECT {cols}, -1 AS retry_count, -1 AS status FROM queue_messages m "
-                        f"WHERE m.topic = %s AND m.partition_key = %s AND m.{o} > %s ORDER BY m.{o} LIMIT {int(limit)})"
-                        f" AS b{len(branches)}"
+                        d.union_branch(
+                            f"SELECT {cols}, -1 AS retry_count, -1 AS status FROM queue_messages m "
+                            f"WHERE m.topic = %s AND m.partition_key = %s AND m.{o} > %s "
+                            f"ORDER BY m.{o} LIMIT {int(limit)}",
+                            len(branches),
+                        )
                     )
                     params += [topic, plan.partition_key, plan.fresh_after]
                 if plan.due:
                     branches.append(
-                        f"SELECT * FROM (SELECT {cols}, d.retry_count, d.status FROM queue_delivery_state d "
-                        f"JOIN queue_messages m ON m.topic = d.topic AND m.partition_key = d.partition_key "
-                        f"AND m.{o} = d.message_offset WHERE d.consumer_group = %s AND d.topic = %s "
-                        f"AND d.partition_key = %s AND d.acked = FALSE AND d.invisible_until <= {d.now_sql} "
-                        f"ORDER BY d.message_offset LIMIT {int(limit)}) AS b{len(branches)}"
+                        d.union_branch(
+                            f"SELECT {cols}, d.retry_count, d.status FROM queue_delivery_state d "
+                            f"JOIN queue_messages m ON m.topic = d.topic AND m.partition_key = d.partition_key "
+                            f"AND m.{o} = d.message_offset WHERE d.consumer_group = %s AND d.topic = %s "
+                            f"AND d.partition_key = %s AND d.acked = FALSE AND d.invisible_until <= {d.now_sql} "
+                            f"ORDER BY d.message_offset LIMIT {int(limit)}",
+                            len(branches),
+                        )
                     )
                     params += [group, topic, plan.partition_key]
             if not branches:
@@ -395,13 +404,15 @@ class QueueStore:
         """
         d = self.dialect
         until, until_params = d.now_plus(visibility_timeout)
+        # The same for every row: the microseconds (an int we computed) go in as a literal.
+        until_literal = until.replace("%s", str(int(until_params[0])))
         conflict = d.on_conflict_ignore(["consumer_group", "topic", "partition_key", "message_offset"], "acked")
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             rows: list[str] = []
             params: list[Any] = []
             for m in sorted(fresh, key=lambda m: (m.partition_key, m.offset)):
-                rows.append(f"(%s, %s, %s, %s, FALSE, {until}, 0, {IN_FLIGHT})")
-                params += [group, topic, m.partition_key, m.offset, *until_params]
+                rows.append(f"(%s, %s, %s, %s, FALSE, {until_literal}, 0, {IN_FLIGHT})")
+                params += [group, topic, m.partition_key, m.offset]
             for m in sorted(parked, key=lambda m: (m.partition_key, m.offset)):
                 rows.append(f"(%s, %s, %s, %s, FALSE, {d.datetime_placeholder}, 0, {SCHEDULED})")
                 params += [group, topic, m.partition_key, m.offset, d.adapt_datetime(m.deliver_at)]
@@ -511,8 +522,8 @@ class QueueStore:
         """
         o = self.dialect.qn("offset")
         ((oldest, head),) = self._fetchall(
-            f"SELECT (SELECT MIN(m.{o}) FROM queue_messages m WHERE m.topic = p.topic "
-            "AND m.partition_key = p.partition_key), p.head_offset FROM queue_partitions p "
+            f"SELECT (SELECT m.{o} FROM queue_messages m WHERE m.topic = p.topic "
+            f"AND m.partition_key = p.partition_key ORDER BY m.{o} LIMIT 1), p.head_offset FROM queue_partitions p "
             "WHERE p.topic = %s AND p.partition_key = %s",
             [topic, key],
         )

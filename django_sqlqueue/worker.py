@@ -146,6 +146,7 @@ class Worker:
         interval = conf.POLL_INTERVAL
         while not self.stop_event.is_set():
             tidy_connections()
+            started = time.monotonic()
             full = delivered = False
             for sub in self.subscriptions:
                 if self.stop_event.is_set():
@@ -162,9 +163,11 @@ class Worker:
                 interval = conf.POLL_INTERVAL
                 continue
             if delivered:
+                # Busy: keep a POLL_INTERVAL cadence, counting the time the poll took.
                 interval = conf.POLL_INTERVAL
-            else:
-                interval = min(conf.POLL_INTERVAL_MAX, max(interval, conf.POLL_INTERVAL / 2) * 2)
+                self.stop_event.wait(max(0.0, interval - (time.monotonic() - started)))
+                continue
+            interval = min(conf.POLL_INTERVAL_MAX, max(interval, conf.POLL_INTERVAL / 2) * 2)
             self.stop_event.wait(interval)
 
     def _db(self, what: str, fn: Any) -> Any:
@@ -303,9 +306,9 @@ class Worker:
                 outcomes.nacks.append((m.partition_key, m.offset, delay))
         else:
             outcomes.acks[m.partition_key].append(m.offset)
-        finally:
-            # A handler that broke the connection must not break the worker's next query.
-            tidy_connections()
+            return
+        # A handler that failed may have broken the connection: not the next query's problem.
+        tidy_connections()
 
     def _complete(self, sub: Subscription, outcomes: _Outcomes, states: dict[str, PartitionState]) -> None:
         store, group, topic = self.store, sub.group, sub.topic

@@ -105,6 +105,15 @@ class Dialect:
         """
         return f"ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
 
+    def union_branch(self, select: str, index: int) -> str:
+        """Wrap a SELECT with its own ORDER BY/LIMIT as one branch of a UNION ALL.
+
+        Parentheses, where the database accepts them: a derived table
+        (``SELECT * FROM (...) AS b``) makes MariaDB write an on-disk temporary table
+        for every branch, because the rows carry LONGTEXT payloads.
+        """
+        return f"({select})"
+
     def now_minus(self, seconds: float) -> tuple[str, list[Any]]:
         """SQL (and its parameter) for the database's now minus ``seconds``."""
         return self.now_plus_us_sql, [-round(seconds * 1_000_000)]

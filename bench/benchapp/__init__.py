@@ -1,0 +1,1 @@
+"""Consumers used by the consumption benchmarks (``bench/consume.py``)."""

@@ -1,0 +1,52 @@
+"""Benchmark handlers, registered for ``manage.py runconsumer --group bench``.
+
+- ``bench.drain``: does nothing but count (the cost measured is the queue's, not the handler's).
+  ``BENCH_BATCH_SIZE`` (default 100) is its batch size.
+- ``bench.latency``: the payload carries the publisher's ``time.time()`` as ``"t"`` (and a run
+  label as ``"run"``); the handler appends ``"<run> <latency seconds>"`` to a per-process file in
+  ``BENCH_LATENCY_DIR``, flushed after every line, so the record survives the graceful SIGTERM
+  shutdown of ``runconsumer`` (and anything short of SIGKILL). Publisher and workers run on the
+  same host, so the two ``time.time()`` clocks are the same clock.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from django_sqlqueue import consumer
+
+BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", "100"))
+
+handled = 0
+
+
+@consumer("bench.drain", group="bench", batch_size=BATCH_SIZE)
+def drain(message) -> None:  # type: ignore[no-untyped-def]
+    global handled
+    handled += 1
+
+
+_latency_file: IO[str] | None = None
+
+
+def _latency_out() -> IO[str]:
+    global _latency_file
+    if _latency_file is None:
+        directory = Path(os.environ.get("BENCH_LATENCY_DIR", "bench/results/latency"))
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"latency-{socket.gethostname()}-{os.getpid()}.txt"
+        _latency_file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    return _latency_file
+
+
+@consumer("bench.latency", group="bench")
+def latency(message) -> None:  # type: ignore[no-untyped-def]
+    received = time.time()
+    payload = message.payload
+    out = _latency_out()
+    out.write(f"{payload.get('run', '-')} {received - payload['t']:.6f}\n")
+    out.flush()

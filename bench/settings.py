@@ -1,0 +1,31 @@
+"""Settings of the consumption benchmarks: the test project plus ``bench.benchapp``.
+
+Environment (all optional):
+
+- ``DATABASE_URL``: the database (read by ``testproject.settings``; ``bench/consume.py`` points
+  it at the dedicated ``sqlqueue_bench`` database);
+- ``SQLQUEUE_POLL_INTERVAL`` (default 0.01), ``SQLQUEUE_POLL_INTERVAL_MAX`` (default 0.05),
+  ``SQLQUEUE_BATCH_SIZE`` (default 100);
+- ``BENCH_CONN_MAX_AGE``: Django's ``CONN_MAX_AGE`` for the worker's connection ("none" = keep
+  it open forever; unset = Django's default, 0, which is what a project gets out of the box).
+"""
+
+from __future__ import annotations
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import BASE_DIR, INSTALLED_APPS, database_config, env
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
+
+DATABASES = {"default": database_config(env.str("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))}
+_conn_max_age = env.str("BENCH_CONN_MAX_AGE", default="")
+if _conn_max_age:
+    DATABASES["default"]["CONN_MAX_AGE"] = None if _conn_max_age.lower() == "none" else int(_conn_max_age)
+
+SQLQUEUE = {
+    "POLL_INTERVAL": env.float("SQLQUEUE_POLL_INTERVAL", default=0.01),
+    "POLL_INTERVAL_MAX": env.float("SQLQUEUE_POLL_INTERVAL_MAX", default=0.05),
+    "LEASE_DURATION": 10,
+    "LEASE_RENEW_INTERVAL": 1,
+    "BATCH_SIZE": env.int("SQLQUEUE_BATCH_SIZE", default=100),
+}
