@@ -23,7 +23,7 @@ every partition's watermark (``queue_offsets.offset_acked``) equals its head
   state of a running system and the figure compared with the targets.
 
 The baseline, run interleaved with the queue in the same modes against the same tables, is
-``bench/baseline_drain.py``: K raw-mysqlclient processes with a static partition split and no
+``bench/baseline_consumer.py``: K raw-mysqlclient processes with a static partition split and no
 leases, doing per partition SELECT 100 -> upsert delivery rows + COMMIT -> no-op -> DELETE
 rows + UPDATE watermark + COMMIT. It is "the limit" for that shape of work; the tables show
 queue / baseline.
