@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import connections
@@ -374,6 +374,4 @@ def _expired_error(m: FetchedMessage, sub: Subscription) -> str:
 
 
 def _with_watermark(state: PartitionState, watermark: int) -> PartitionState:
-    from dataclasses import replace
-
     return replace(state, watermark=watermark, advanceable=False)
