@@ -14,6 +14,12 @@ subscription:
 5. acquire free or expired partitions up to the cap, in an order seeded by the
    subscriber name so that newcomers do not all race for the same keys.
 
+Between rounds it checks membership every ``MEMBERSHIP_CHECK_INTERVAL`` (when that is
+shorter than the renew interval): if the number of live subscribers changed, or it holds
+fewer partitions than its share while some are free, it runs a round at once. So a
+worker that starts next to one holding every partition gets its share within about a
+second, not a whole renew interval later.
+
 Every ``GC_INTERVAL`` it also garbage-collects the partitions it holds.
 """
 
@@ -37,6 +43,8 @@ logger = logging.getLogger(__name__)
 #: Heartbeat rows not renewed for this long are deleted (the group stays known through
 #: its watermark rows).
 FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
+#: Seconds between cheap membership checks (two small queries per subscription).
+MEMBERSHIP_CHECK_INTERVAL = 1.0
 
 
 class LeaseKeeper:
@@ -62,12 +70,39 @@ class LeaseKeeper:
             self._thread.join(timeout=self.conf.LEASE_DURATION)
 
     def _run(self) -> None:
+        renew = self.conf.LEASE_RENEW_INTERVAL
         try:
+            next_round = 0.0
             while not self.stop_event.is_set():
-                self.tick()
-                self.stop_event.wait(self.conf.LEASE_RENEW_INTERVAL)
+                if time.monotonic() >= next_round:
+                    self.tick()
+                    next_round = time.monotonic() + renew
+                else:
+                    self.check_membership()
+                wait = min(MEMBERSHIP_CHECK_INTERVAL, next_round - time.monotonic())
+                self.stop_event.wait(max(0.0, wait))
         finally:
             connections.close_all()
+
+    def check_membership(self) -> None:
+        """Run a round now for subscriptions whose group changed or that could take more."""
+        store, lease = self.store, self.conf.LEASE_DURATION
+        for sub in self.subscriptions:
+            try:
+                active = self._db(
+                    "count subscribers", lambda sub=sub: store.active_subscribers(sub.group, sub.topic, lease)
+                )
+                hungry = sub.cap is not None and len(sub.held) < sub.cap
+                if active != sub.active or (
+                    hungry
+                    and self._db(
+                        "find free partitions", lambda sub=sub: store.free_partitions(sub.group, sub.topic, lease)
+                    )
+                ):
+                    self.rebalance(sub)
+            except Exception:
+                logger.exception("membership check failed group=%s topic=%s", sub.group, sub.topic)
+                connections[self.store.using].close()
 
     # -- one round -----------------------------------------------------------------------
 
@@ -96,8 +131,11 @@ class LeaseKeeper:
             total = len(self._db("list partitions", lambda: store.partitions(sub.topic)))
         except Exception:
             logger.exception("fair share failed, acquiring without a cap group=%s topic=%s", sub.group, sub.topic)
+            sub.active = sub.cap = None
             return None
-        return max(1, math.ceil(total / max(active, 1)))
+        sub.active = active
+        sub.cap = max(1, math.ceil(total / max(active, 1)))
+        return sub.cap
 
     def rebalance(self, sub: Subscription) -> None:
         store, lease = self.store, self.conf.LEASE_DURATION

@@ -21,6 +21,9 @@ class Subscription:
     options: ConsumerOptions
     name: str
     held: frozenset[str] = frozenset()
+    #: Live subscribers and fair share seen by the last lease round (None: unknown).
+    active: int | None = None
+    cap: int | None = None
     #: Set once the keeper has run its first round (leases taken or not).
     ready: threading.Event = field(default_factory=threading.Event)
 

@@ -268,3 +268,16 @@ def test_second_signal_exits_at_once(workers):
     assert w.alive(), "the first signal waits for the message in hand"
     w.signal(signal.SIGTERM)
     assert w.proc.wait(5) == 143
+
+
+def test_newcomer_gets_its_share_before_the_next_renewal(workers, settings):
+    """With a 6 s renew interval, a second worker still gets half the partitions within a few
+    seconds: the holder's membership check (every second) sees the newcomer and releases."""
+    publish_partitions(8)
+    slow_renewal = ("--settings", "tests.process_settings_slow_renewal")
+    workers("a", "--group", "g1", "--topic", TOPIC, *slow_renewal)
+    wait_until(lambda: leases("g1") == {"a": 8}, 15, "a holds every partition")
+    started = time.monotonic()
+    workers("b", "--group", "g1", "--topic", TOPIC, *slow_renewal)
+    wait_until(lambda: leases("g1") == {"a": 4, "b": 4}, 15, "4 partitions each")
+    assert time.monotonic() - started < 5, "the rebalance waited for a renewal round"
