@@ -40,18 +40,12 @@ def setup_django() -> None:
 
 
 def truncate_queue() -> None:
+    from django.apps import apps
     from django.db import connection
 
     with connection.cursor() as cursor:
-        for table in (
-            "queue_messages",
-            "queue_partitions",
-            "queue_delivery_state",
-            "queue_partition_leases",
-            "queue_offsets",
-            "queue_subscriber_heartbeats",
-        ):
-            cursor.execute(f"TRUNCATE TABLE {table}")
+        for model in apps.get_app_config("django_sqlqueue").get_models():
+            cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
 
 
 def raw_connection():

@@ -91,6 +91,8 @@ _DURATIONS = (
     "BACKOFF_MAX",
     "GC_INTERVAL",
 )
+#: Every key whose value is a number of seconds.
+DURATION_KEYS = (*_DURATIONS, "RETENTION")
 _POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES")
 
 
@@ -189,7 +191,7 @@ def get_settings() -> QueueSettings:
     if problems:
         raise ConfigurationError(" ".join(f"[{p.id}] {p.msg}" for p in problems))
     values = dict(raw)
-    for key in (*_DURATIONS, "RETENTION"):
+    for key in DURATION_KEYS:
         if key in values:
             values[key] = float(values[key])
     return QueueSettings(**values)

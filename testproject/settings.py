@@ -13,6 +13,8 @@ from pathlib import Path
 
 import environ
 
+from django_sqlqueue.conf import DURATION_KEYS
+
 BASE_DIR = Path(__file__).resolve().parent
 env = environ.Env()
 
@@ -82,17 +84,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Every key may be overridden from the environment (SQLQUEUE_<KEY>), e.g. by the demo.
 SQLQUEUE = {
     key: env.float(f"SQLQUEUE_{key}")
-    for key in (
-        "POLL_INTERVAL",
-        "POLL_INTERVAL_MAX",
-        "VISIBILITY_TIMEOUT",
-        "LEASE_DURATION",
-        "LEASE_RENEW_INTERVAL",
-        "BACKOFF_MIN",
-        "BACKOFF_MAX",
-        "GC_INTERVAL",
-        "RETENTION",
-    )
+    for key in DURATION_KEYS
     if f"SQLQUEUE_{key}" in env
 }
 
