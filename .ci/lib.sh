@@ -33,11 +33,12 @@ pick_python() {
   echo python3
 }
 
-# ensure_venv DIR PYTHON [extra pip args...]: a virtualenv with requirements.txt installed.
+# ensure_venv DIR PYTHON [extra pip args...]: a virtualenv with requirements.txt installed
+# (pass `-r requirements-dev.txt` for the build, lint and type-check tools).
 ensure_venv() {
   local dir="$1" python="$2"; shift 2
   local stamp="$dir/.requirements.sha"
-  local want; want="$({ cat requirements.txt; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1)"
+  local want; want="$({ cat requirements.txt requirements-dev.txt; printf '%s\n' "$@"; } | sha256sum | cut -d' ' -f1)"
   if [ ! -x "$dir/bin/python" ]; then
     log "creating virtualenv $dir ($("$python" --version))"
     "$python" -m venv "$dir"
@@ -49,6 +50,22 @@ ensure_venv() {
     "$dir/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt "$@"
     echo "$want" > "$stamp"
   fi
+}
+
+# The repository's virtualenv: requirements.txt plus the dev tools of requirements-dev.txt
+# (build, ruff, mypy). Every script uses this one, so its stamp does not flip between them.
+ensure_repo_venv() { ensure_venv .venv "$(pick_python)" -r requirements-dev.txt; }
+
+# find_python X.Y: print a runnable interpreter of exactly that version, or nothing. pyenv
+# installs shims for versions that are not selected, so each candidate is run to be sure.
+find_python() {
+  local want="$1" py
+  for py in "python$want" /root/.pyenv/versions/"$want".*/bin/python3 "$HOME"/.pyenv/versions/"$want".*/bin/python3; do
+    if "$py" -c "import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$want')" >/dev/null 2>&1; then
+      "$py" -c 'import sys; print(sys.executable)'
+      return
+    fi
+  done
 }
 
 # Can the test user log in? (mysqladmin ping succeeds even when access is denied.)
@@ -93,8 +110,9 @@ ensure_mariadb() {
   mariadb_ping || { log "MariaDB is not reachable on 127.0.0.1:3306"; exit 1; }
 }
 
-MYSQL_URL="mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue"
-POSTGRES_URL="postgres://sqlqueue:sqlqueue@127.0.0.1:5432/sqlqueue"
+# The databases CI uses; set MYSQL_URL/POSTGRES_URL to run beside others on a shared server.
+MYSQL_URL="${MYSQL_URL:-mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue}"
+POSTGRES_URL="${POSTGRES_URL:-postgres://sqlqueue:sqlqueue@127.0.0.1:5432/sqlqueue}"
 
 postgres_ping() { PGPASSWORD=sqlqueue psql -h 127.0.0.1 -U sqlqueue -d postgres -tAc 'SELECT 1' >/dev/null 2>&1; }
 
@@ -113,4 +131,40 @@ ensure_postgres() {
   log "creating PostgreSQL role sqlqueue"
   as_root runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qc "DO \$\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sqlqueue') THEN CREATE ROLE sqlqueue LOGIN SUPERUSER PASSWORD 'sqlqueue'; END IF; END\$\$"
   postgres_ping || { log "PostgreSQL is not reachable on 127.0.0.1:5432 as sqlqueue"; exit 1; }
+}
+
+# Debian's chromium for the console's browser tests (Playwright's own download does not work here).
+ensure_chromium() {
+  if [ ! -x /usr/bin/chromium ]; then apt_install chromium fonts-dejavu-core; fi
+}
+
+# The spark extra in a venv: Java 17, the MariaDB JDBC driver, and pyspark from a wheel built
+# once and cached in $SPARK_WHEELS (pyspark 4.x is a large source package: ~1.5 min to build).
+SPARK_WHEELS="${SQLQUEUE_WHEEL_CACHE:-$HOME/.cache/sqlqueue-wheels}"
+PYSPARK_VERSION="4.3.0"
+ensure_spark() {
+  local venv="$1"
+  if ! java -version 2>&1 | grep -Eq 'version "(1[7-9]|2[0-9])'; then
+    apt_install openjdk-17-jre-headless
+  fi
+  if [ ! -e /usr/share/java/mariadb-java-client.jar ]; then
+    apt_install libmariadb-java
+  fi
+  if ! "$venv/bin/python" -c 'import pyspark, pyarrow, matplotlib' >/dev/null 2>&1; then
+    mkdir -p "$SPARK_WHEELS"
+    if ! ls "$SPARK_WHEELS"/pyspark-"$PYSPARK_VERSION"-*.whl >/dev/null 2>&1; then
+      log "building the pyspark $PYSPARK_VERSION wheel (once; cached in $SPARK_WHEELS)"
+      "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps "pyspark==$PYSPARK_VERSION" -w "$SPARK_WHEELS"
+    fi
+    log "installing the spark extra into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --find-links "$SPARK_WHEELS" \
+      "pyspark==$PYSPARK_VERSION" "pyarrow>=15" "matplotlib>=3.8"
+  fi
+}
+
+# The Spark tests (tests/spark: real SparkSession, MariaDB, a standalone cluster) in $1.
+run_spark_tests() {
+  local venv="$1"
+  ensure_spark "$venv"
+  DATABASE_URL="$MYSQL_URL" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/spark
 }
