@@ -14,13 +14,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .exceptions import ConfigurationError, InvalidMessage, PayloadTooLarge, SQLQueueError, UnsupportedDatabase  # noqa: F401
     from .consumers import ReceivedMessage, consumer  # noqa: F401
-    from .exceptions import Reject, Retry  # noqa: F401
+    from .exceptions import (  # noqa: F401
+        ConfigurationError,
+        InvalidMessage,
+        PayloadTooLarge,
+        Reject,
+        Retry,
+        SQLQueueError,
+        UnsupportedDatabase,
+    )
     from .publisher import publish, publish_many  # noqa: F401
     from .status import queue_status  # noqa: F401
 
-__version__ = "0.1.0"
+__version__ = "0.1.0.dev0"  # PEP 440; CHANGELOG.md lists what changed since
 
 _EXPORTS = {
     "publish": "publisher",

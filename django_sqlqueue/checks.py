@@ -1,8 +1,9 @@
 """System checks for the ``SQLQUEUE`` setting and the queue database.
 
 Ids are stable: ``sqlqueue.E001``-``E007`` come from :func:`conf.validate`;
-``sqlqueue.E010`` flags an unsupported database and ``sqlqueue.W001`` a MySQL queue
-connection that is not configured for READ COMMITTED.
+``sqlqueue.E010`` flags an unsupported database, ``sqlqueue.W001`` a MySQL queue
+connection that is not configured for READ COMMITTED and ``sqlqueue.W002`` a SQLite queue
+database whose transactions do not take the write lock at BEGIN.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import connections
+from django.core.exceptions import ImproperlyConfigured
+from django.db.utils import load_backend
 
 from . import conf
 
@@ -28,18 +30,24 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
     alias = raw.get("DATABASE", conf.DEFAULT_DATABASE) if isinstance(raw, dict) else conf.DEFAULT_DATABASE
     if alias not in settings.DATABASES:
         return []  # reported by sqlqueue.E006
-    connection = connections[alias]
+    database = settings.DATABASES[alias]
+    # The backend class, not connections[alias]: no connection is opened, and the check reads
+    # the settings it is given (override_settings included), whatever engine subclass they name.
+    try:
+        vendor = load_backend(database.get("ENGINE") or "django.db.backends.dummy").DatabaseWrapper.vendor
+    except (ImproperlyConfigured, ImportError):
+        return []  # Django itself reports a backend it cannot load
+    options = database.get("OPTIONS") or {}
     messages: list[checks.CheckMessage] = []
-    if connection.vendor not in ("mysql", "postgresql", "sqlite"):
+    if vendor not in ("mysql", "postgresql", "sqlite"):
         messages.append(
             checks.Error(
-                f"Database {alias!r} uses {connection.vendor!r}; django-sqlqueue supports MySQL/MariaDB, "
-                "PostgreSQL and SQLite.",
+                f"Database {alias!r} uses {vendor!r}; django-sqlqueue supports MySQL/MariaDB, PostgreSQL and SQLite.",
                 id="sqlqueue.E010",
             )
         )
-    if connection.vendor == "mysql":
-        level = (settings.DATABASES[alias].get("OPTIONS") or {}).get("isolation_level")
+    if vendor == "mysql":
+        level = options.get("isolation_level")
         if (level or "").lower() != "read committed":
             messages.append(
                 checks.Warning(
@@ -48,6 +56,21 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
                     hint="Set DATABASES[alias]['OPTIONS']['isolation_level'] = 'read committed': under REPEATABLE "
                     "READ, gap locks make concurrent consumers deadlock.",
                     id="sqlqueue.W001",
+                )
+            )
+    if vendor == "sqlite":
+        mode = options.get("transaction_mode")
+        # IMMEDIATE (or EXCLUSIVE, the same in WAL mode) takes the write lock at BEGIN. Under the
+        # default DEFERRED, a transaction that read first fails with "database is locked" when
+        # it writes while another holds the lock, instead of waiting for it.
+        if str(mode or "").upper() not in ("IMMEDIATE", "EXCLUSIVE"):
+            messages.append(
+                checks.Warning(
+                    f"Database {alias!r} (the queue database) is SQLite with transaction_mode "
+                    f"{mode or 'DEFERRED (the default)'}, not IMMEDIATE.",
+                    hint="Set DATABASES[alias]['OPTIONS']['transaction_mode'] = 'IMMEDIATE': deferred transactions "
+                    "fail with 'database is locked' when publishers and workers write at once.",
+                    id="sqlqueue.W002",
                 )
             )
     return messages

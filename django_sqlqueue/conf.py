@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -51,6 +51,14 @@ DEFAULT_BACKOFF_MAX = 300.0
 DEFAULT_RETENTION = 0.0
 #: Seconds between garbage-collection passes of a worker.
 DEFAULT_GC_INTERVAL = 60.0
+#: Partitions of a topic not listed in ``TOPICS``. Keys are hashed to them.
+DEFAULT_PARTITIONS = 8
+#: Most partitions a hashed topic may have.
+MAX_PARTITIONS = 4096
+#: Keys a ``TOPICS`` entry may have.
+TOPIC_OPTION_KEYS = frozenset({"partitions", "per_key"})
+#: Seconds between the "database still unreachable" lines a worker logs during an outage.
+DEFAULT_OUTAGE_REPORT_INTERVAL = 30.0
 
 #: Longest topic a publisher may use. The column is wider so the DLQ suffix fits.
 MAX_TOPIC_LENGTH = 128
@@ -78,6 +86,27 @@ class QueueSettings:
     BACKOFF_MAX: float = DEFAULT_BACKOFF_MAX
     RETENTION: float = DEFAULT_RETENTION
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
+    PARTITIONS: int = DEFAULT_PARTITIONS
+    #: Per-topic options: ``{"orders": {"partitions": 16}, "tenants": {"per_key": True}}``.
+    TOPICS: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    #: Recurring tasks and messages by name (django_sqlqueue.schedules).
+    SCHEDULES: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def partitions_for(self, topic: str) -> int | None:
+        """Return ``topic``'s partition count, or None for a topic with one partition per key.
+
+        A dead-letter topic (``<topic><DLQ_SUFFIX>``) not listed in ``TOPICS`` has the
+        default count.
+        """
+        options = self.TOPICS.get(topic)
+        if options is None:
+            return self.PARTITIONS
+        if options.get("per_key"):
+            return None
+        return int(options.get("partitions", self.PARTITIONS))
+
+    OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
 
 
 KNOWN_KEYS = frozenset(f.name for f in fields(QueueSettings))
@@ -90,10 +119,11 @@ _DURATIONS = (
     "BACKOFF_MIN",
     "BACKOFF_MAX",
     "GC_INTERVAL",
+    "OUTAGE_REPORT_INTERVAL",
 )
 #: Every key whose value is a number of seconds.
 DURATION_KEYS = (*_DURATIONS, "RETENTION")
-_POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES")
+_POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES", "PARTITIONS")
 
 
 @dataclass(frozen=True)
@@ -169,6 +199,14 @@ def validate(raw: Any) -> list[Problem]:
                     "sqlqueue.E008", f"SQLQUEUE[{low_key!r}] ({low}) must not exceed SQLQUEUE[{high_key!r}] ({high})."
                 )
             )
+    if "PARTITIONS" in raw and _is_number(raw["PARTITIONS"]) and raw["PARTITIONS"] > MAX_PARTITIONS:
+        problems.append(
+            Problem("sqlqueue.E004", f"SQLQUEUE['PARTITIONS'] is {raw['PARTITIONS']}; the maximum is {MAX_PARTITIONS}.")
+        )
+    if "TOPICS" in raw:
+        problems += _validate_topics(raw["TOPICS"])
+    if "SCHEDULES" in raw:
+        problems += _validate_schedules(raw["SCHEDULES"])
     duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
     renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
     if _is_number(duration) and _is_number(renew) and renew >= duration:
@@ -183,6 +221,65 @@ def validate(raw: Any) -> list[Problem]:
     return problems
 
 
+def _validate_topics(topics: Any) -> list[Problem]:
+    """Problems of ``SQLQUEUE["TOPICS"]``: topic name -> {"partitions": n} or {"per_key": True}."""
+    if not isinstance(topics, dict):
+        return [Problem("sqlqueue.E009", f"SQLQUEUE['TOPICS'] must be a dict, not {type(topics).__name__}.")]
+    problems: list[Problem] = []
+    for topic, options in topics.items():
+        where = f"SQLQUEUE['TOPICS'][{topic!r}]"
+        if not (
+            isinstance(topic, str)
+            and 0 < len(topic) <= MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
+            and TOPIC_RE.match(topic)
+        ):
+            problems.append(Problem("sqlqueue.E009", f"{where}: not a valid topic name ([A-Za-z0-9._-]+)."))
+            continue
+        if not isinstance(options, dict):
+            problems.append(Problem("sqlqueue.E009", f"{where} must be a dict, not {type(options).__name__}."))
+            continue
+        unknown = sorted(set(options) - TOPIC_OPTION_KEYS)
+        if unknown:
+            problems.append(
+                Problem(
+                    "sqlqueue.E009",
+                    f"{where} has unknown key(s): {', '.join(map(str, unknown))}.",
+                    hint=f"Known keys: {', '.join(sorted(TOPIC_OPTION_KEYS))}.",
+                )
+            )
+        partitions, per_key = options.get("partitions"), options.get("per_key", False)
+        if not isinstance(per_key, bool):
+            problems.append(Problem("sqlqueue.E009", f"{where}['per_key'] must be True or False, got {per_key!r}."))
+        if per_key and partitions is not None:
+            problems.append(
+                Problem("sqlqueue.E009", f"{where}: a topic with one partition per key takes no 'partitions' count.")
+            )
+        if partitions is not None and not (
+            isinstance(partitions, int) and not isinstance(partitions, bool) and 0 < partitions <= MAX_PARTITIONS
+        ):
+            problems.append(
+                Problem(
+                    "sqlqueue.E009",
+                    f"{where}['partitions'] must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}.",
+                )
+            )
+    return problems
+
+
+def _validate_schedules(raw: Any) -> list[Problem]:
+    from .schedules import parse_schedule
+
+    if not isinstance(raw, dict):
+        return [Problem("sqlqueue.E010", f"SQLQUEUE['SCHEDULES'] must be a dict, not {type(raw).__name__}.")]
+    problems = []
+    for name, spec in raw.items():
+        try:
+            parse_schedule(name, spec)
+        except ConfigurationError as exc:
+            problems.append(Problem("sqlqueue.E010", f"SQLQUEUE['SCHEDULES']: {exc}"))
+    return problems
+
+
 @functools.cache
 def get_settings() -> QueueSettings:
     """Return the validated queue settings; raise ``ConfigurationError`` if invalid."""
@@ -194,6 +291,10 @@ def get_settings() -> QueueSettings:
     for key in DURATION_KEYS:
         if key in values:
             values[key] = float(values[key])
+    if "TOPICS" in values:
+        values["TOPICS"] = {topic: dict(options) for topic, options in values["TOPICS"].items()}
+    if "SCHEDULES" in values:
+        values["SCHEDULES"] = {name: dict(spec) for name, spec in values["SCHEDULES"].items()}
     return QueueSettings(**values)
 
 

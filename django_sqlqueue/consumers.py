@@ -11,10 +11,15 @@ imports them all (``runconsumer`` calls it)::
 
 Returning normally acks the message; an exception nacks it with backoff; ``Retry``
 nacks it with a chosen delay; ``Reject`` dead-letters it at once.
+
+A handler may be ``async def``: the worker awaits it (see :mod:`django_sqlqueue.handlers`)
+with the same outcomes. As in an async view, it must use the async ORM or
+``sync_to_async``, and ``await message.aextend_visibility(s)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 from collections.abc import Callable
@@ -152,7 +157,11 @@ class ReceivedMessage:
     """What a handler receives: one delivery of one message to one consumer group."""
 
     topic: str
-    partition_key: str
+    #: The key the message was published with ("" when none).
+    key: str
+    #: The partition it was hashed to; messages of one partition arrive in offset order.
+    partition: int
+    #: Its position in the partition, assigned by the sequencer after it committed.
     offset: int
     id: str
     payload: Any
@@ -174,4 +183,31 @@ class ReceivedMessage:
             raise ValueError(f"extend_visibility() takes a positive number of seconds, got {seconds!r}.")
         if self._store is None:
             raise RuntimeError("this message was not delivered by a worker")
-        self._store.extend_visibility(self.group, self.topic, self.partition_key, self.offset, seconds)
+        if _in_event_loop():
+            raise RuntimeError(
+                "extend_visibility() cannot run inside an async handler (the database call would block "
+                "the event loop); use `await message.aextend_visibility(seconds)`."
+            )
+        self._store.extend_visibility(self.group, self.topic, self.partition, self.offset, seconds)
+
+    async def aextend_visibility(self, seconds: float) -> None:
+        """Async variant of :meth:`extend_visibility`, for ``async def`` handlers."""
+        from asgiref.sync import sync_to_async
+
+        # Validate here, so a bad argument raises before any thread hop.
+        if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0):
+            raise ValueError(f"aextend_visibility() takes a positive number of seconds, got {seconds!r}.")
+        await sync_to_async(self._extend_visibility_sync, thread_sensitive=True)(seconds)
+
+    def _extend_visibility_sync(self, seconds: float) -> None:
+        if self._store is None:
+            raise RuntimeError("this message was not delivered by a worker")
+        self._store.extend_visibility(self.group, self.topic, self.partition, self.offset, seconds)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -48,3 +48,15 @@ class Retry(SQLQueueError):
 
 class Reject(SQLQueueError):
     """Raise in a handler to dead-letter the message at once (a poison message)."""
+
+
+class IdempotencyConflict(InvalidMessage):
+    """A message id was published again with a different payload or key.
+
+    Nothing of the call is written. Publishing an id again with the same payload is
+    fine: it stores nothing and reports ``created=False``.
+    """
+
+
+class OutboxWarning(UserWarning):
+    """``publish()`` cannot join the caller's transaction (it is on another alias)."""

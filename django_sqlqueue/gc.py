@@ -20,6 +20,6 @@ def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = 
     store = QueueStore(using or conf.DATABASE)
     if topics is None:
         with connections[store.using].cursor() as cursor:
-            cursor.execute("SELECT DISTINCT topic FROM queue_partitions ORDER BY topic")
+            cursor.execute("SELECT topic FROM queue_topics ORDER BY topic")
             topics = [row[0] for row in cursor.fetchall()]
     return {topic: store.collect_garbage(topic, None, conf.RETENTION) for topic in topics}

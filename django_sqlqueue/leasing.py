@@ -11,8 +11,20 @@ subscription:
    renewed, and the partition drops out of ``held``;
 4. release the excess over the cap: the last ones in sorted key order, so the same
    partitions are given up every time;
-5. acquire free or expired partitions up to the cap, in an order seeded by the
-   subscriber name so that newcomers do not all race for the same keys.
+5. acquire free or expired partitions up to the cap (a few statements per round however
+   many partitions: see ``store/leases.py``). Each live subscriber has a rank in the
+   sorted list of live names, and prefers the partitions ``p`` with ``p % live == rank``:
+   workers that compute their share at the same moment ask for disjoint partitions
+   instead of racing for the same ones, so each first acquisition is a whole share.
+   Within a preference the order is seeded by the subscriber name.
+
+A (group, topic) paused by an operator (``queue_paused_topics``) holds nothing: the
+round releases its leases and takes none. Topics with one partition per key get head
+rows for new keys first (``discover_partitions``).
+
+Workers that start together share partitions from the start: the first round
+heartbeats, then waits ``STARTUP_SETTLE`` seconds so that every worker started at about
+the same time is counted before anyone computes its share.
 
 Between rounds it checks membership every ``MEMBERSHIP_CHECK_INTERVAL`` (when that is
 shorter than the renew interval): if the number of live subscribers changed, or it holds
@@ -21,6 +33,10 @@ worker that starts next to one holding every partition gets its share within abo
 second, not a whole renew interval later.
 
 Every ``GC_INTERVAL`` it also garbage-collects the partitions it holds.
+
+Failures caused by an unreachable database go to the worker's
+:class:`~django_sqlqueue.outage.OutageReporter` (a few lines per outage, shared with the
+poll loop); other failures are logged with their traceback.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import time
 from django.db import connections
 
 from .conf import QueueSettings
+from .outage import OutageReporter, is_unreachable
 from .retry import with_retries
 from .store import QueueStore
 from .subscription import Subscription
@@ -45,16 +62,27 @@ logger = logging.getLogger(__name__)
 FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
 #: Seconds between cheap membership checks (two small queries per subscription).
 MEMBERSHIP_CHECK_INTERVAL = 1.0
+#: Seconds between the first heartbeat and the first share computation (at most a third
+#: of the lease duration).
+STARTUP_SETTLE = 1.0
 
 
 class LeaseKeeper:
     """Keeps the leases of a worker's subscriptions; see the module docstring."""
 
-    def __init__(self, subscriptions: list[Subscription], store: QueueStore, conf: QueueSettings) -> None:
+    def __init__(
+        self,
+        subscriptions: list[Subscription],
+        store: QueueStore,
+        conf: QueueSettings,
+        *,
+        outage: OutageReporter | None = None,
+    ) -> None:
         self.subscriptions = subscriptions
         self.store = store
         self.conf = conf
         self.stop_event = threading.Event()
+        self.outage = outage or OutageReporter(alias=store.using, report_interval=conf.OUTAGE_REPORT_INTERVAL)
         self._thread: threading.Thread | None = None
         self._last_gc = time.monotonic()
 
@@ -72,6 +100,8 @@ class LeaseKeeper:
     def _run(self) -> None:
         renew = self.conf.LEASE_RENEW_INTERVAL
         try:
+            self.announce()
+            self.stop_event.wait(min(STARTUP_SETTLE, self.conf.LEASE_DURATION / 3))
             next_round = 0.0
             while not self.stop_event.is_set():
                 if time.monotonic() >= next_round:
@@ -83,6 +113,15 @@ class LeaseKeeper:
                 self.stop_event.wait(max(0.0, wait))
         finally:
             connections.close_all()
+
+    def announce(self) -> None:
+        """Heartbeat every subscription once, so workers starting together count each other."""
+        for sub in self.subscriptions:
+            try:
+                self._db("heartbeat", lambda sub=sub: self.store.heartbeat(sub.group, sub.topic, sub.name))
+            except Exception:
+                logger.exception("heartbeat failed group=%s topic=%s", sub.group, sub.topic)
+                connections[self.store.using].close()
 
     def check_membership(self) -> None:
         """Run a round now for subscriptions whose group changed or that could take more."""
@@ -100,9 +139,11 @@ class LeaseKeeper:
                     )
                 ):
                     self.rebalance(sub)
-            except Exception:
-                logger.exception("membership check failed group=%s topic=%s", sub.group, sub.topic)
-                connections[self.store.using].close()
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.outage.failure(logger, exc, "membership check failed group=%s topic=%s", sub.group, sub.topic)
+                self._close_quietly()
+            else:
+                self.outage.reachable()
 
     # -- one round -----------------------------------------------------------------------
 
@@ -111,9 +152,11 @@ class LeaseKeeper:
         for sub in self.subscriptions:
             try:
                 self.rebalance(sub)
-            except Exception:
-                logger.exception("lease round failed group=%s topic=%s", sub.group, sub.topic)
-                connections[self.store.using].close()
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.outage.failure(logger, exc, "lease round failed group=%s topic=%s", sub.group, sub.topic)
+                self._close_quietly()
+            else:
+                self.outage.reachable()
             finally:
                 sub.ready.set()
         if time.monotonic() - self._last_gc >= self.conf.GC_INTERVAL:
@@ -121,18 +164,31 @@ class LeaseKeeper:
             self.collect_garbage()
 
     def _db(self, what: str, fn):  # type: ignore[no-untyped-def]
-        return with_retries(fn, using=self.store.using, what=what)
+        return with_retries(fn, using=self.store.using, what=what, stop_event=self.stop_event)
+
+    def _close_quietly(self) -> None:
+        try:
+            connections[self.store.using].close()
+        except Exception:  # a broken connection being discarded
+            logger.debug("closing the failed connection raised", exc_info=True)
 
     def fair_share(self, sub: Subscription) -> int | None:
-        """ceil(partitions / live subscribers), or None (no cap) if it cannot be computed."""
+        """ceil(partitions / live subscribers), or None (no cap) if it cannot be computed.
+
+        Also records this subscriber's rank among the live ones (``sub.rank``).
+        """
         store, lease = self.store, self.conf.LEASE_DURATION
         try:
-            active = self._db("count subscribers", lambda: store.active_subscribers(sub.group, sub.topic, lease))
-            total = len(self._db("list partitions", lambda: store.partitions(sub.topic)))
-        except Exception:
-            logger.exception("fair share failed, acquiring without a cap group=%s topic=%s", sub.group, sub.topic)
-            sub.active = sub.cap = None
+            names = self._db("list subscribers", lambda: store.active_subscriber_names(sub.group, sub.topic, lease))
+            total = self._db("count partitions", lambda: store.partition_count(sub.topic))
+        except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+            self.outage.failure(
+                logger, exc, "fair share failed, acquiring without a cap group=%s topic=%s", sub.group, sub.topic
+            )
+            sub.active = sub.cap = sub.rank = None
             return None
+        active = len(names)
+        sub.rank = names.index(sub.name) if sub.name in names else None
         sub.active = active
         sub.cap = max(1, math.ceil(total / max(active, 1)))
         return sub.cap
@@ -141,31 +197,89 @@ class LeaseKeeper:
         store, lease = self.store, self.conf.LEASE_DURATION
         group, topic, name = sub.group, sub.topic, sub.name
         self._db("heartbeat", lambda: store.heartbeat(group, topic, name))
+        if sub.per_key:
+            self._db("discover partitions", lambda: store.discover_partitions(topic))
+        if self._db("check pause", lambda: store.paused(group, topic)):
+            if not sub.paused:
+                logger.warning("paused by an operator, releasing leases group=%s topic=%s", group, topic)
+            self.hand_over(sub, frozenset(), None)
+            sub.paused = True
+            return
+        if sub.paused:
+            logger.warning("resumed by an operator group=%s topic=%s", group, topic)
+            sub.paused = False
         cap = self.fair_share(sub)
         held = self._db("renew leases", lambda: store.renew_leases(group, topic, name))
+        logger.debug(
+            "renewed leases group=%s topic=%s subscriber=%s held=%d cap=%s active=%s",
+            group,
+            topic,
+            name,
+            len(held),
+            cap,
+            sub.active,
+        )
         lost = sub.held - set(held)
         if lost:
-            logger.warning("lost leases group=%s topic=%s keys=%s", group, topic, sorted(lost))
+            logger.warning("lost leases group=%s topic=%s partitions=%s", group, topic, sorted(lost))
         if cap is not None and len(held) > cap:
             excess = held[cap:]
-            self._db("release leases", lambda: store.release_leases(group, topic, name, excess))
-            logger.info("released leases over fair share %d group=%s topic=%s keys=%s", cap, group, topic, excess)
+            self.hand_over(sub, frozenset(held[:cap]), excess)
+            logger.info("released leases over fair share %d group=%s topic=%s partitions=%s", cap, group, topic, excess)
             held = held[:cap]
         wanted = None if cap is None else cap - len(held)
         if wanted is None or wanted > 0:
             free = self._db("find free partitions", lambda: store.free_partitions(group, topic, lease))
-            free.sort(key=lambda key: hashlib.blake2b(f"{name}\0{key}".encode(), digest_size=8).digest())
-            taken: list[str] = []
-            for key in free:
-                if wanted is not None and len(taken) >= wanted:
-                    break
-                if self._db("acquire lease", lambda key=key: store.acquire_lease(group, topic, key, name, lease)):
-                    taken.append(key)
+            free.sort(key=lambda p: self._preference(sub, p))
+            candidates = free if wanted is None else free[:wanted]
+            taken = (
+                self._db("acquire leases", lambda: store.acquire_leases(group, topic, candidates, name, lease))
+                if candidates
+                else []
+            )
+            if len(taken) < len(candidates):
+                logger.debug(
+                    "leases taken by another subscriber group=%s topic=%s partitions=%s",
+                    group,
+                    topic,
+                    sorted(set(candidates) - set(taken)),
+                )
             if taken:
                 self._db("create watermarks", lambda: store.ensure_offsets(group, topic, taken))
-                logger.info("acquired leases group=%s topic=%s keys=%s", group, topic, sorted(taken))
+                logger.info("acquired leases group=%s topic=%s partitions=%s", group, topic, taken)
                 held = sorted({*held, *taken})
         sub.held = frozenset(held)
+
+    @staticmethod
+    def _preference(sub: Subscription, partition: int) -> tuple[bool, bytes]:
+        """Sort key for free partitions: this subscriber's own slice first, then a seeded order."""
+        live, rank = sub.active, sub.rank
+        mine = rank is not None and live is not None and live > 0 and partition % live == rank
+        seeded = hashlib.blake2b(f"{sub.name}\0{partition}".encode(), digest_size=8).digest()
+        return (not mine, seeded)
+
+    def hand_over(self, sub: Subscription, keep: frozenset[int], release: list[int] | None) -> None:
+        """Release leases (``release``, or all) after the poll loop finished its batch of them.
+
+        The poll loop stops taking new batches of a partition once it is out of
+        ``sub.held``; a batch already in the handlers finishes and is acked before the
+        lease goes, so a rebalance does not redeliver it to the next holder (writes of a
+        worker that no longer holds a lease are dropped, see ``store/acks.py``). A batch
+        that takes longer than a third of the lease is not waited for: at-least-once.
+        """
+        sub.held = keep
+        budget = self.conf.LEASE_DURATION / 3
+        deadline = time.monotonic() + budget
+        got = sub.poll_lock.acquire(timeout=budget)
+        try:
+            # With --concurrency > 1 a batch of the partition may still run on a handler
+            # thread after the poll that dispatched it returned: wait for it as well. No
+            # new batch of it can start: it is out of ``held`` and we hold the poll lock.
+            sub.in_flight.wait_idle(release, timeout=max(0.0, deadline - time.monotonic()))
+            self._db("release leases", lambda: self.store.release_leases(sub.group, sub.topic, sub.name, release))
+        finally:
+            if got:
+                sub.poll_lock.release()
 
     def release_all(self) -> None:
         """Graceful shutdown: give every partition back and deregister, so others take over at once."""
@@ -175,16 +289,24 @@ class LeaseKeeper:
                 self._db("deregister", lambda sub=sub: self.store.deregister(sub.group, sub.topic, sub.name))
                 sub.held = frozenset()
                 logger.info("released all leases group=%s topic=%s subscriber=%s", sub.group, sub.topic, sub.name)
-            except Exception:
-                logger.exception("could not release leases group=%s topic=%s", sub.group, sub.topic)
+            except Exception as exc:
+                if is_unreachable(exc):
+                    logger.warning(
+                        "could not release leases, database unreachable; they expire in %gs group=%s topic=%s",
+                        self.conf.LEASE_DURATION,
+                        sub.group,
+                        sub.topic,
+                    )
+                else:
+                    logger.exception("could not release leases group=%s topic=%s", sub.group, sub.topic)
 
     def collect_garbage(self) -> None:
         for sub in self.subscriptions:
-            keys = sorted(sub.held)
+            held = sorted(sub.held)
             try:
                 deleted = self._db(
                     "garbage collection",
-                    lambda sub=sub, keys=keys: self.store.collect_garbage(sub.topic, keys, self.conf.RETENTION),
+                    lambda sub=sub, held=held: self.store.collect_garbage(sub.topic, held, self.conf.RETENTION),
                 )
                 self._db(
                     "forget subscribers",
@@ -192,5 +314,5 @@ class LeaseKeeper:
                 )
                 if deleted:
                     logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
-            except Exception:
-                logger.exception("garbage collection failed topic=%s", sub.topic)
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.outage.failure(logger, exc, "garbage collection failed topic=%s", sub.topic)

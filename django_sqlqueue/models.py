@@ -1,18 +1,23 @@
 """The queue's tables.
 
-Table and column names follow the RFC so operators can read them with plain SQL:
+Table and column names follow the RFC where they can, so operators can read them with
+plain SQL:
 
-- ``queue_messages``: the immutable log, shared by every consumer group.
-- ``queue_partitions``: one head row per (topic, partition_key). ``publish()`` locks it
-  inside the caller's transaction, which makes offsets within a partition follow commit
-  order; it doubles as the partition registry for discovery and lag.
+- ``queue_messages``: the immutable log, shared by every consumer group. Publishers only
+  ever INSERT into it; a message gets its ``offset`` later, from the sequencer.
+- ``queue_topics``: the registry of consumed topics and their partition counts.
+- ``queue_partitions``: one head row per (topic, partition): the highest offset the
+  sequencer has handed out. Only the sequencer writes it (see ``sequencer.py``).
 - ``queue_delivery_state``: per-group visibility, retry count and ack of a message.
 - ``queue_partition_leases``: which subscriber of a group owns a partition.
 - ``queue_offsets``: per-group contiguous acked watermark of a partition.
 - ``queue_subscriber_heartbeats``: live subscribers of a group, for fair share.
+- ``queue_paused_topics``: (group, topic) pairs an operator paused.
 
-Times are Django ``DateTimeField`` (UTC) rather than the RFC's epoch milliseconds. Lease,
-heartbeat, visibility and delivery times are always taken from the database clock.
+Rows of the partition, lease and offset tables grow with groups x topics x partitions,
+never with the number of message keys (except for topics that opt into one partition per
+key). Times are Django ``DateTimeField`` (UTC). Lease, heartbeat, visibility and
+delivery times are always taken from the database clock.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from .conf import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH
 
 #: Column widths. Keys are bounded so every composite index stays under InnoDB's
 #: 3072-byte limit in utf8mb4.
-TOPIC_COLUMN_LENGTH = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
-PARTITION_KEY_LENGTH = 128
+# (Annotated: task_models imports them back while this module is still loading.)
+TOPIC_COLUMN_LENGTH: int = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
+KEY_LENGTH: int = 128
 #: Publishers' ids are at most MAX_MESSAGE_ID_LENGTH; the column is wider because a dead
 #: letter's id is "<consumer group>:<original id>".
-MAX_MESSAGE_ID_LENGTH = 128
+MAX_MESSAGE_ID_LENGTH: int = 128
 MESSAGE_ID_LENGTH = 300
 CONSUMER_GROUP_LENGTH = 128
 SUBSCRIBER_NAME_LENGTH = 255
@@ -36,18 +42,27 @@ SUBSCRIBER_NAME_LENGTH = 255
 class Message(models.Model):
     """One message of the log.
 
-    ``offset`` numbers the messages of one partition 1, 2, 3, ... in commit order: it is
-    handed out from the partition's :class:`Partition` head row, whose row lock the
-    publishing transaction holds until it ends (see ``publisher.py``). Offsets of
-    different partitions are unrelated. The primary key (topic, partition_key, offset)
-    clusters each partition's messages together in offset order, which is exactly the
-    consumer's fetch.
+    ``seq`` is the insertion number (AUTO_INCREMENT / identity). It only identifies the
+    row: it is handed out at INSERT time but becomes visible at COMMIT, so it says
+    nothing about the order in which messages can be seen.
+
+    ``offset`` numbers the messages of one partition 1, 2, 3, ... in the order they
+    became visible. It is NULL when the message is published and is assigned after the
+    publishing transaction committed, by the sequencer (``sequencer.py``), in a short
+    transaction of its own that holds the partition's head row. Consumers read
+    ``offset > watermark``: a message that commits late simply gets a later offset, so
+    it can never be skipped.
+
+    ``partition`` is ``crc32(key) % partitions`` for hashed topics (see
+    ``partitioning.py``), or ``crc32(key)`` for topics with one partition per key.
     """
 
-    pk = models.CompositePrimaryKey("topic", "partition_key", "offset")
+    seq = models.BigAutoField(primary_key=True)
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
-    partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
-    offset = models.BigIntegerField()
+    partition = models.BigIntegerField()
+    #: The ordering scope chosen by the publisher ("" when none was given).
+    key = models.CharField(max_length=KEY_LENGTH, blank=True, default="")
+    offset = models.BigIntegerField(null=True, blank=True)
     id = models.CharField(max_length=MESSAGE_ID_LENGTH)
     payload = models.JSONField()
     metadata = models.JSONField(default=dict, blank=True)
@@ -65,14 +80,23 @@ class Message(models.Model):
 
     class Meta:
         db_table = "queue_messages"
-        # The RFC's (topic, partition_key, offset) index is the primary key itself.
         constraints = [
-            # Idempotent publish: one (topic, partition_key, id) is stored at most once.
-            models.UniqueConstraint(fields=["topic", "partition_key", "id"], name="queue_msg_unique_id"),
+            # Idempotent publish: one id is stored at most once per topic.
+            models.UniqueConstraint(fields=["topic", "id"], name="queue_msg_unique_id"),
+            # The consumer's fetch (offset > watermark ORDER BY offset) and GC's range
+            # delete. Unsequenced rows have a NULL offset, which UNIQUE allows many times;
+            # on MySQL they sort first and, InnoDB secondary indexes ending in the primary
+            # key, in seq order: the sequencer's read is a range of this index there.
+            # (PostgreSQL and SQLite get a partial index instead, migration 0003.)
+            models.UniqueConstraint(fields=["topic", "partition", "offset"], name="queue_msg_offset"),
+        ]
+        indexes = [
+            # Browsing a topic newest first (console, exports) without scanning the log.
+            models.Index(fields=["topic", "seq"], name="queue_msg_topic_seq"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.topic}[{self.partition_key}]@{self.offset} id={self.id}"
+        return f"{self.topic}[{self.partition}]@{self.offset} id={self.id}"
 
     @property
     def is_dead_letter(self) -> bool:
@@ -80,26 +104,49 @@ class Message(models.Model):
         return bool(self.original_topic)
 
 
-class Partition(models.Model):
-    """The head row of a partition: its offset counter and the registry of partitions.
+class Topic(models.Model):
+    """A topic some consumer group consumes, with its partition count.
 
-    ``head_offset`` is the highest offset handed out in the partition. ``publish()``
-    increments it first thing in the caller's transaction: the row lock this takes is
-    held until that transaction ends, so a later publisher of the same partition waits,
-    then gets the next offsets, and commits after it.
+    Workers register the topics they consume (``partitions`` from ``SQLQUEUE``). A
+    registered count is only changed by an explicit operation (``manage.py queue_topic
+    repartition``), because it moves keys to other partitions. ``partitions`` is NULL for
+    a topic with one partition per key.
     """
 
-    pk = models.CompositePrimaryKey("topic", "partition_key")
+    topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH, primary_key=True)
+    partitions = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "queue_topics"
+
+    def __str__(self) -> str:
+        return f"{self.topic} ({'one per key' if self.partitions is None else self.partitions} partitions)"
+
+    @property
+    def per_key(self) -> bool:
+        return self.partitions is None
+
+
+class Partition(models.Model):
+    """The head row of a partition: the highest offset the sequencer handed out.
+
+    Only the sequencer writes it, holding its row lock for one short transaction while it
+    numbers the partition's newly committed messages. Publishers never touch it.
+    """
+
+    pk = models.CompositePrimaryKey("topic", "partition")
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
-    partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
+    partition = models.BigIntegerField()
     head_offset = models.BigIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField()
 
     class Meta:
         db_table = "queue_partitions"
 
     def __str__(self) -> str:
-        return f"{self.topic}[{self.partition_key}] head={self.head_offset}"
+        return f"{self.topic}[{self.partition}] head={self.head_offset}"
 
 
 class DeliveryState(models.Model):
@@ -117,10 +164,10 @@ class DeliveryState(models.Model):
         IN_FLIGHT = 1, "in flight"
         RETRY = 2, "waiting for retry"
 
-    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key", "message_offset")
+    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition", "message_offset")
     consumer_group = models.CharField(max_length=CONSUMER_GROUP_LENGTH)
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
-    partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
+    partition = models.BigIntegerField()
     message_offset = models.BigIntegerField()
     acked = models.BooleanField(default=False)
     #: Meaningful only when not acked: in the future = in flight or nack delay.
@@ -134,22 +181,22 @@ class DeliveryState(models.Model):
             # The due fetch: unacked rows of a partition whose invisible_until has passed,
             # without walking acked rows piled up behind a stuck watermark.
             models.Index(
-                fields=["consumer_group", "topic", "partition_key", "acked", "invisible_until"],
+                fields=["consumer_group", "topic", "partition", "acked", "invisible_until"],
                 name="queue_delivery_due",
             )
         ]
 
     def __str__(self) -> str:
-        return f"{self.consumer_group}:{self.topic}[{self.partition_key}]@{self.message_offset}"
+        return f"{self.consumer_group}:{self.topic}[{self.partition}]@{self.message_offset}"
 
 
 class PartitionLease(models.Model):
     """Which subscriber of a consumer group owns a partition."""
 
-    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key")
+    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition")
     consumer_group = models.CharField(max_length=CONSUMER_GROUP_LENGTH)
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
-    partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
+    partition = models.BigIntegerField()
     leased_by = models.CharField(max_length=SUBSCRIBER_NAME_LENGTH)
     leased_at = models.DateTimeField()
     lease_renewed_at = models.DateTimeField()
@@ -162,7 +209,7 @@ class PartitionLease(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.consumer_group}:{self.topic}[{self.partition_key}] by {self.leased_by}"
+        return f"{self.consumer_group}:{self.topic}[{self.partition}] by {self.leased_by}"
 
 
 class ConsumerOffset(models.Model):
@@ -173,10 +220,10 @@ class ConsumerOffset(models.Model):
     is not created again.
     """
 
-    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key")
+    pk = models.CompositePrimaryKey("consumer_group", "topic", "partition")
     consumer_group = models.CharField(max_length=CONSUMER_GROUP_LENGTH)
     topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
-    partition_key = models.CharField(max_length=PARTITION_KEY_LENGTH, blank=True, default="")
+    partition = models.BigIntegerField()
     offset_acked = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField()
 
@@ -185,7 +232,7 @@ class ConsumerOffset(models.Model):
         indexes = [models.Index(fields=["topic"], name="queue_offsets_topic")]
 
     def __str__(self) -> str:
-        return f"{self.consumer_group}:{self.topic}[{self.partition_key}]={self.offset_acked}"
+        return f"{self.consumer_group}:{self.topic}[{self.partition}]={self.offset_acked}"
 
 
 class SubscriberHeartbeat(models.Model):
@@ -204,3 +251,60 @@ class SubscriberHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic} {self.subscriber_name}"
+
+
+class PausedTopic(models.Model):
+    """A consumer group's consumption of a topic, paused by an operator.
+
+    While a row exists, the group's workers hold no lease of the topic's partitions
+    (they give them up at their next lease round and take none), so nothing of the
+    topic is delivered to the group; messages keep accumulating and lag grows. Deleting
+    the row resumes consumption where the watermarks stand.
+    """
+
+    pk = models.CompositePrimaryKey("consumer_group", "topic")
+    consumer_group = models.CharField(max_length=CONSUMER_GROUP_LENGTH)
+    topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
+    paused_at = models.DateTimeField()
+    #: Who paused it (a username, or "cli"), for the console.
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "queue_paused_topics"
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group}:{self.topic} paused"
+
+
+class QueueConsole(models.Model):
+    """The operator console's entry in the admin, and the holder of its permissions.
+
+    No table (``managed = False``): the admin cannot register the queue's models, whose
+    composite primary keys it does not support, so the console hangs custom views off
+    this placeholder (``django_sqlqueue.admin``). An unmanaged model still has a
+    migration, which is what creates its content type and permissions.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "queue console"
+        verbose_name_plural = "queue console"
+        permissions = [
+            ("view_queue", "Can view the queue console"),
+            ("replay_deadletter", "Can replay dead letters"),
+            ("purge_deadletter", "Can purge dead letters"),
+            ("seek_group", "Can rewind or fast-forward a consumer group"),
+            ("pause_group", "Can pause and resume a consumer group"),
+            ("drop_group", "Can drop a retired consumer group"),
+            ("release_lease", "Can release a partition lease"),
+            ("purge_topic", "Can purge a topic"),
+        ]
+
+    def __str__(self) -> str:
+        return "queue console"
+
+
+# The django.tasks backend's and the schedules' tables (kept in their own module).
+from .task_models import ScheduleState, TaskResultRecord  # noqa: E402, F401

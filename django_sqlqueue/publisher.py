@@ -1,93 +1,118 @@
-"""``publish()`` and ``publish_many()``: the transactional outbox.
+"""``publish()`` and ``publish_many()``: the transactional outbox, append-only.
 
 A publish writes on the caller's connection and joins the caller's transaction: if the
 caller's ``atomic()`` block rolls back, the message never existed; if it commits, the
 message is there. Outside a transaction the publish commits on return.
 
-Ordering: each partition has a head row in ``queue_partitions`` holding its offset
-counter. A publish first increments the counters of its partitions (in sorted order,
-see ``Dialect.allocate``), which locks those rows until the caller's transaction ends,
-then inserts its messages with the offsets it reserved. The next publisher of the
-partition gets its offsets only after this transaction committed or rolled back (a
-rollback also undoes the increment, so offsets stay dense). Offsets within a partition
-therefore increase in commit order, and a consumer that reads ``offset > watermark`` can
-never skip a message that commits late -- unlike AUTO_INCREMENT, whose values are handed
-out at insert time but become visible at commit. The price: a long
-transaction that published to a partition blocks other publishers of that partition
-until it ends. Keep publishing transactions short.
+A publish only INSERTs rows into ``queue_messages``. It locks or updates no row that
+another publisher touches, so publishers never wait for each other and cannot deadlock
+with each other, whatever partitions they publish to, in whatever order, in whatever
+transactions. The one exception is uniqueness: two transactions publishing the *same*
+idempotency id to a topic wait on each other, because the database has to decide which
+one stores it.
 
-Idempotency: a message published again with the same (topic, partition_key, id) is not
-stored again; the original is returned. The check runs while the head lock is held, so
-two publishers of the same id cannot both insert it.
+A new message has no offset. The sequencer (``sequencer.py``), running inside the
+workers, numbers each partition's messages after they committed, in the order they
+became visible; consumers read ``offset > watermark`` and so never skip a message
+whose transaction commits late.
+
+Idempotency: a message published again with the same (topic, id) is not stored again.
+If the payload and key are the same, the publish returns the earlier message's
+description (``created=False``); if they differ, :class:`IdempotencyConflict` is raised
+and nothing of the call is written -- most idempotency-key APIs answer a reused key with
+a different request this way, and silently returning the first payload would hide a bug.
+A duplicate never raises a database error inside the caller's transaction (which would
+poison it on PostgreSQL).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from collections import Counter
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.conf import settings
+from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Q
-from django.db.models.base import ModelState
 
-from .conf import get_settings
+from .conf import QueueSettings, get_settings
 from .dialects import get_dialect
 from .dialects.base import MessageRow
-from .exceptions import InvalidMessage
-from .models import Message
+from .exceptions import ConfigurationError, IdempotencyConflict, InvalidMessage, OutboxWarning, PayloadTooLarge
+from .partitioning import partition_for
 from .validation import MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
+
+#: MySQL: packet too large (the server drops the connection), row size too large.
+PACKET_ERRORS = frozenset({1153, 1301})
+
+
+@dataclass(frozen=True)
+class PublishedMessage:
+    """What is known about a message when ``publish()`` returns.
+
+    Its ``offset`` is not: the sequencer assigns it after the publishing transaction
+    committed (see ``Message.offset``). ``created`` is False when the id had been
+    published before and this call stored nothing.
+    """
+
+    topic: str
+    key: str
+    partition: int
+    id: str
+    created: bool = True
 
 
 def publish(
     topic: str,
     payload: Any,
     *,
-    partition_key: str = "",
-    id: str | int | None = None,
+    key: Any = "",
+    id: Any = None,
     metadata: dict[str, Any] | None = None,
-    delay: float | dt.timedelta | None = None,
-    deliver_at: dt.datetime | None = None,
+    delay: Any = None,
+    deliver_at: Any = None,
     using: str | None = None,
-) -> Message:
-    """Publish one message to ``topic`` in the caller's transaction and return it.
+) -> PublishedMessage:
+    """Publish one message to ``topic`` in the caller's transaction and describe it.
 
     ``payload`` and ``metadata`` must be JSON-serializable (Decimal, datetime and UUID
-    values are stored as strings). ``partition_key`` selects the partition: messages of
-    one partition are delivered in order. ``id`` defaults to a fresh unique id; a second
-    publish of the same (topic, partition_key, id) stores nothing and returns the first
-    message. ``delay`` (seconds or timedelta, from the database clock) or an aware
+    values are stored as strings). ``key`` (str, int or UUID) is the ordering scope:
+    messages with the same key go to the same partition and are delivered in publish
+    order; without a key, messages are spread over the topic's partitions. ``id``
+    (str, int or UUID) defaults to a fresh unique id; publishing an id again stores
+    nothing. ``delay`` (seconds or timedelta, from the database clock) or an aware
     ``deliver_at`` postpone delivery. ``using`` is a database alias, by default
     ``SQLQUEUE["DATABASE"]``.
 
     Raise :class:`~django_sqlqueue.exceptions.InvalidMessage` (nothing written) on bad
-    input.
+    input and :class:`~django_sqlqueue.exceptions.IdempotencyConflict` when ``id`` was
+    published with another payload or key.
     """
     conf = get_settings()
     validate_topic(topic)
     prepared = prepare_message(
         payload,
-        partition_key=partition_key,
+        key=key,
         id=id,
         metadata=metadata,
         delay=delay,
         deliver_at=deliver_at,
         max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
     )
-    return write_messages(topic, [prepared], using=using or conf.DATABASE)[0]
+    return write_messages(topic, [prepared], using=_alias(using, conf), conf=conf)[0]
 
 
-def publish_many(topic: str, messages: Iterable[Mapping[str, Any]], *, using: str | None = None) -> list[Message]:
+def publish_many(
+    topic: str, messages: Iterable[Mapping[str, Any]], *, using: str | None = None
+) -> list[PublishedMessage]:
     """Publish many messages to ``topic`` in as few statements as possible.
 
-    Each item is a mapping with ``payload`` and optionally ``partition_key``, ``id``,
+    Each item is a mapping with ``payload`` and optionally ``key``, ``id``,
     ``metadata``, ``delay`` and ``deliver_at`` (as for :func:`publish`). Every item is
-    validated before anything is written. Returns the stored messages in input order
-    (for a duplicate id, the message stored first).
+    validated before anything is written. Returns the messages in input order.
     """
     conf = get_settings()
     validate_topic(topic)
@@ -108,7 +133,7 @@ def publish_many(topic: str, messages: Iterable[Mapping[str, Any]], *, using: st
         prepared.append(prepare_message(**item, max_payload_bytes=conf.MAX_PAYLOAD_BYTES, position=where))
     if not prepared:
         return []
-    return write_messages(topic, prepared, using=using or conf.DATABASE)
+    return write_messages(topic, prepared, using=_alias(using, conf), conf=conf)
 
 
 #: Longest ``last_error`` stored with a dead letter.
@@ -118,24 +143,25 @@ MAX_ERROR_LENGTH = 8000
 def write_dead_letter(
     topic: str,
     *,
-    partition_key: str,
+    key: str,
     id: str,
     payload: Any,
     metadata: dict[str, Any],
-    created_at: dt.datetime,
+    created_at: Any,
     failure_count: int,
     last_error: str,
     original_topic: str,
     using: str,
-) -> Message:
+) -> PublishedMessage:
     """Store a dead letter in ``topic`` (the DLQ topic) in the current transaction.
 
-    Like a publish (same head-row ordering, idempotent on ``id``), plus the dead-letter
-    columns: ``failed_at`` is the database's now and ``created_at`` the original's. The
-    payload is not size-checked again: it was valid when first published.
+    Like a publish (append-only, idempotent on ``id``), plus the dead-letter columns:
+    ``failed_at`` is the database's now and ``created_at`` the original's. The payload
+    is not size-checked again: it was valid when first published. A dead letter of the
+    same id stored before (the message failed again after a replay) is kept as it is.
     """
     prepared = PreparedMessage(
-        partition_key=partition_key,
+        key=key,
         id=id,
         payload_json=encode_json(payload, "payload"),
         metadata_json=encode_json(metadata, "metadata"),
@@ -148,133 +174,168 @@ def write_dead_letter(
         original_topic=original_topic,
         created_at=created_at,
     )
-    return write_messages(topic, [prepared], using=using)[0]
+    return write_messages(topic, [prepared], using=using, compare=False)[0]
 
 
-def write_messages(topic: str, messages: list[PreparedMessage], *, using: str) -> list[Message]:
-    """Store validated messages (the engine behind publish/publish_many)."""
-    connection = connections[using]
-    dialect = get_dialect(connection)
-    with _in_transaction(connection, dialect.begin_sql) as cursor:
-        counts = Counter(m.partition_key for m in messages)
-        heads = dialect.allocate(cursor, topic, counts)
-        next_offset = {key: heads[key] - count + 1 for key, count in counts.items()}
-
-        stored: dict[tuple[str, str], Message | None] = dict(
-            _load_existing(using, topic, [(m.partition_key, m.id) for m in messages if m.explicit_id])
+def _alias(using: str | None, conf: QueueSettings) -> str:
+    alias = using or conf.DATABASE
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        raise ConfigurationError(
+            f"database alias {alias!r} is not in settings.DATABASES (known: {', '.join(sorted(settings.DATABASES))})."
         )
-        rows: list[MessageRow] = []
-        for m in messages:
-            if (m.partition_key, m.id) in stored:
-                continue  # published before, or earlier in this batch
-            stored[(m.partition_key, m.id)] = None
-            rows.append(
-                MessageRow(
-                    partition_key=m.partition_key,
-                    offset=next_offset[m.partition_key],
-                    id=m.id,
-                    payload_json=m.payload_json,
-                    metadata_json=m.metadata_json,
-                    deliver_at=m.deliver_at,
-                    delay_us=round(m.delay * 1_000_000) if m.delay else 0,
-                    failed=m.failed,
-                    failure_count=m.failure_count,
-                    last_error=m.last_error,
-                    original_topic=m.original_topic,
-                    created_at=m.created_at,
-                )
+    return alias
+
+
+def write_messages(
+    topic: str,
+    messages: list[PreparedMessage],
+    *,
+    using: str,
+    conf: QueueSettings | None = None,
+    compare: bool = True,
+) -> list[PublishedMessage]:
+    """Store validated messages (the engine behind publish/publish_many/dead letters).
+
+    Explicit ids are looked up first with a plain (non-locking) read: a re-publish
+    writes nothing and takes no lock. The INSERT then skips ids that a concurrent
+    publisher committed meanwhile. ``compare`` checks that a re-published id carries the
+    same payload and key.
+    """
+    conf = conf or get_settings()
+    partitions = conf.partitions_for(topic)
+    connection = connections[using]
+    _warn_if_outside_callers_transaction(connection)
+    dialect = get_dialect(connection)
+
+    described: dict[str, PublishedMessage] = {}
+    first: dict[str, PreparedMessage] = {}
+    rows: list[MessageRow] = []
+    for m in messages:
+        if m.id in first:
+            if compare:
+                _check_same(topic, m, first[m.id].key, json.loads(first[m.id].payload_json))
+            continue  # the same id twice in one batch: stored once
+        first[m.id] = m
+    explicit = [m.id for m in first.values() if m.explicit_id]
+    with _writing(connection, single=len(first) == 1) as cursor:
+        limit = dialect.max_statement_bytes(cursor)
+        existing = _load_existing(cursor, dialect, topic, explicit) if explicit else {}
+        for message_id, m in first.items():
+            if message_id in existing:
+                stored_key, stored_partition, stored_payload = existing[message_id]
+                if compare:
+                    _check_same(topic, m, stored_key, stored_payload)
+                described[message_id] = PublishedMessage(topic, stored_key, stored_partition, message_id, False)
+                continue
+            row = MessageRow(
+                partition=partition_for(m.key, partitions),
+                key=m.key,
+                id=m.id,
+                payload_json=m.payload_json,
+                metadata_json=m.metadata_json,
+                deliver_at=m.deliver_at,
+                delay_us=round(m.delay * 1_000_000) if m.delay else 0,
+                failed=m.failed,
+                failure_count=m.failure_count,
+                last_error=m.last_error,
+                original_topic=m.original_topic,
+                created_at=m.created_at,
             )
-            next_offset[m.partition_key] += 1
-        # Duplicates leave reserved offsets unused: give them back so offsets stay dense.
-        unused = {key: heads[key] + 1 - nxt for key, nxt in next_offset.items() if nxt <= heads[key]}
-        if unused:
-            dialect.release(cursor, topic, unused)
+            if limit is not None and len(row.payload_json) + len(row.metadata_json) > limit // 4:
+                size = len(row.payload_json.encode()) + len(row.metadata_json.encode())
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"message {m.id!r}: payload and metadata are {size} bytes as JSON, more than this "
+                        f"database server accepts in one statement (about {limit} bytes: raise MySQL's "
+                        "max_allowed_packet, or lower SQLQUEUE['MAX_PAYLOAD_BYTES'])."
+                    )
+            rows.append(row)
+            described[message_id] = PublishedMessage(topic, m.key, row.partition, m.id, True)
         if rows:
-            dialect.insert_messages(cursor, topic, rows)
-    for row in rows:
-        stored[(row.partition_key, row.id)] = _as_message(using, topic, row)
-    return [stored[(m.partition_key, m.id)] for m in messages]  # type: ignore[misc]
+            try:
+                raced = dialect.insert_messages(cursor, topic, rows, skip_duplicates=bool(explicit))
+            except OperationalError as exc:
+                if exc.args and exc.args[0] in PACKET_ERRORS:
+                    raise PayloadTooLarge(f"the database server refused the messages as too large: {exc}") from exc
+                raise
+            if raced:
+                # Committed by a concurrent publisher of the same ids while we waited.
+                found = _load_existing(cursor, dialect, topic, sorted(raced))
+                for message_id in raced:
+                    stored_key, stored_partition, stored_payload = found[message_id]
+                    if compare:
+                        _check_same(topic, first[message_id], stored_key, stored_payload)
+                    described[message_id] = PublishedMessage(topic, stored_key, stored_partition, message_id, False)
+    return [described[m.id] for m in messages]
+
+
+def _check_same(topic: str, m: PreparedMessage, stored_key: str, stored_payload: Any) -> None:
+    if stored_key != m.key or stored_payload != json.loads(m.payload_json):
+        what = "key" if stored_key != m.key else "payload"
+        raise IdempotencyConflict(
+            f"message id {m.id!r} was already published to topic {topic!r} with a different {what}; "
+            "an id may be published again only with the same payload and key (nothing was written)."
+        )
+
+
+def _load_existing(cursor: Any, dialect: Any, topic: str, ids: list[str]) -> dict[str, tuple[str, int, Any]]:
+    """Return ``{id: (key, partition, payload)}`` of the ids stored in ``topic``.
+
+    A plain read: under READ COMMITTED (and PostgreSQL's default) it takes no lock and
+    sees every id committed before the statement started.
+    """
+    found: dict[str, tuple[str, int, Any]] = {}
+    if not ids:
+        return found
+    k = dialect.qn("key")
+    p = dialect.qn("partition")
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        cursor.execute(
+            f"SELECT id, {k}, {p}, payload FROM queue_messages WHERE topic = %s "
+            f"AND id IN ({', '.join(['%s'] * len(chunk))})",
+            [topic, *chunk],
+        )
+        for message_id, key, partition, payload in cursor.fetchall():
+            found[message_id] = (key, int(partition), dialect.load_json(payload))
+    return found
 
 
 @contextmanager
-def _in_transaction(connection: BaseDatabaseWrapper, begin_sql: str) -> Iterator[Any]:
+def _writing(connection: BaseDatabaseWrapper, *, single: bool) -> Iterator[Any]:
     """Yield a cursor inside the caller's transaction, or inside one of our own.
 
     In a transaction, join it without a savepoint (a savepoint costs two round trips
-    and the caller's rollback undoes our writes anyway). In autocommit mode, the
-    head-row lock must last until the messages are visible, so wrap the writes in a
-    transaction: an explicit BEGIN ... COMMIT costs one round trip fewer than
-    ``atomic()``, which switches autocommit off and on again.
+    and the caller's rollback undoes our writes anyway). In autocommit mode, one
+    message is one INSERT, atomic on its own (the look-up of an explicit id before it
+    writes nothing); a batch is wrapped in ``atomic()`` so that it is all or nothing.
     """
-    if connection.in_atomic_block or not connection.get_autocommit():
-        with transaction.atomic(using=connection.alias, savepoint=False), connection.cursor() as cursor:
+    if single or connection.in_atomic_block or not connection.get_autocommit():
+        with connection.cursor() as cursor:
             yield cursor
         return
-    with connection.cursor() as cursor:
-        cursor.execute(begin_sql)
-        try:
-            yield cursor
-        except BaseException:
-            try:
-                cursor.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
-            raise
-        cursor.execute("COMMIT")
+    with transaction.atomic(using=connection.alias, savepoint=False), connection.cursor() as cursor:
+        yield cursor
 
 
-def _decode(text: str) -> Any:
-    return {} if text == "{}" else json.loads(text)
+def _warn_if_outside_callers_transaction(connection: BaseDatabaseWrapper) -> None:
+    """Warn when the caller's ``atomic()`` is on another alias than the queue's.
 
-
-def _as_message(using: str, topic: str, row: MessageRow) -> Message:
-    """Build the stored message without reading it back.
-
-    The times were set by the database clock, so they are left out: Django treats
-    attributes missing from ``__dict__`` as deferred fields and loads ``created_at``,
-    ``published_at`` or a delayed ``deliver_at`` on first access. Skipping
-    ``Model.__init__`` (as ``QuerySet`` iteration's ``from_db`` would not) keeps large
-    batches cheap; no ``pre_init``/``post_init`` signal is sent.
+    The publish then commits on its own, at once, and survives the caller's rollback:
+    the outbox guarantee is gone. Name both aliases so the fix is obvious.
     """
-    message = Message.__new__(Message)
-    values = message.__dict__
-    values.update(
-        _state=ModelState(),
-        topic=topic,
-        partition_key=row.partition_key,
-        offset=row.offset,
-        id=row.id,
-        payload=_decode(row.payload_json),
-        metadata=_decode(row.metadata_json),
-        failure_count=row.failure_count,
-        last_error=row.last_error,
-        original_topic=row.original_topic,
-    )
-    if not row.failed:
-        values["failed_at"] = None
-    if row.created_at is not None:
-        values["created_at"] = row.created_at
-    if row.deliver_at is not None:
-        values["deliver_at"] = row.deliver_at
-    message._state.adding = False
-    message._state.db = using
-    return message
-
-
-def _load_existing(using: str, topic: str, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Message]:
-    """Return already stored messages among (partition_key, id) pairs.
-
-    Runs while the partitions' head rows are locked by us: no concurrent publisher can
-    insert one of these ids until we commit, and under READ COMMITTED this read sees
-    every id committed before we took the lock.
-    """
-    if not pairs:
-        return {}
-    by_key: dict[str, set[str]] = {}
-    for key, message_id in pairs:
-        by_key.setdefault(key, set()).add(message_id)
-    condition = Q()
-    for key, ids in by_key.items():
-        condition |= Q(partition_key=key, id__in=sorted(ids))
-    found = Message.objects.using(using).filter(condition, topic=topic)
-    return {(m.partition_key, m.id): m for m in found}
+    if connection.in_atomic_block or len(settings.DATABASES) == 1:
+        return
+    others = [
+        c.alias for c in connections.all(initialized_only=True) if c.alias != connection.alias and c.in_atomic_block
+    ]
+    if others:
+        warnings.warn(
+            f"publish() writes to database {connection.alias!r} (SQLQUEUE['DATABASE'] or using=), which is not "
+            f"in a transaction, while a transaction is open on {', '.join(map(repr, others))}: the message "
+            "commits on its own now and is not rolled back with that transaction. Publish with "
+            f"using={others[0]!r} if the queue tables live there, or open the atomic() block on "
+            f"{connection.alias!r}.",
+            OutboxWarning,
+            stacklevel=4,
+        )

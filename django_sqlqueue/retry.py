@@ -4,11 +4,17 @@ A deadlock (MySQL 1213) or lock-wait timeout (1205) rolls the transaction back; 
 store operation is idempotent, so it is run again. A lost connection (2006 "server has
 gone away", 2013 "lost connection during query") closes Django's connection so the
 next attempt reconnects. Anything else propagates.
+
+Pauses after a lost connection wait on ``stop_event`` when one is given, so a worker
+asked to stop during a database outage does not sit out a retry sleep: once it is set,
+the remaining attempts run without pausing. Lost connections are retried
+quietly (DEBUG): an outage is reported by :mod:`django_sqlqueue.outage`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -52,7 +58,14 @@ def is_transient(exc: BaseException) -> tuple[bool, bool]:
     return lost or any(marker in text for marker in TRANSIENT_TEXT), lost
 
 
-def with_retries(fn: Callable[[], T], *, using: str, what: str, attempts: int = 5) -> T:
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    using: str,
+    what: str,
+    attempts: int = 5,
+    stop_event: threading.Event | None = None,
+) -> T:
     """Run ``fn``, retrying transient database errors with a short growing pause."""
     for attempt in range(1, attempts + 1):
         try:
@@ -61,8 +74,16 @@ def with_retries(fn: Callable[[], T], *, using: str, what: str, attempts: int = 
             transient, lost = is_transient(exc)
             if not transient or attempt == attempts:
                 raise
+            pause = min(0.05 * 2**attempt, 1.0)
             if lost:
                 connections[using].close()
-            logger.warning("retrying %s after %s (attempt %d/%d)", what, exc, attempt, attempts)
-            time.sleep(min(0.05 * 2**attempt, 1.0))
+                logger.debug("retrying %s after %s (attempt %d/%d)", what, exc, attempt, attempts)
+                if stop_event is not None:
+                    # A stop cuts the pause short; the remaining attempts then run at once,
+                    # so a drain still reconnects after an idle drop but never waits out an outage.
+                    stop_event.wait(pause)
+                    continue
+            else:
+                logger.warning("retrying %s after %s (attempt %d/%d)", what, exc, attempt, attempts)
+            time.sleep(pause)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -22,10 +22,13 @@ from .store import IN_FLIGHT, RETRY, SCHEDULED
 class PartitionStatus:
     group: str
     topic: str
-    partition_key: str
+    partition: int
+    #: Highest offset the sequencer handed out.
     head: int
     watermark: int
-    #: Messages published but not yet acked by the group (head - watermark).
+    #: Committed messages not numbered yet (the sequencer runs in the workers' polls).
+    unsequenced: int
+    #: Messages published but not yet acked by the group (head - watermark + unsequenced).
     lag: int
     #: Being worked on now (delivered, visibility not expired).
     in_flight: int
@@ -33,8 +36,6 @@ class PartitionStatus:
     retrying: int
     #: Delayed messages parked until their deliver_at.
     scheduled: int
-    #: This group's messages of this partition in the dead-letter topic.
-    dead_letters: int
     lease_holder: str | None
     lease_live: bool
 
@@ -47,8 +48,11 @@ class GroupSummary:
     lag: int
     in_flight: int
     retrying: int
+    #: This group's messages in the dead-letter topics of its topics.
     dead_letters: int
     live_subscribers: int
+    #: Messages of its topics waiting for the sequencer.
+    unsequenced: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,38 +99,46 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
     topics = sorted({t for _, t in pairs})
     groups = sorted({g for g, _ in pairs})
 
-    partitions: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    P, OFF = d.qn("partition"), d.qn("offset")
+    partitions: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for t, key, head in rows(
-        f"SELECT topic, partition_key, head_offset FROM queue_partitions WHERE {_in('topic', topics)} "
-        "ORDER BY topic, partition_key",
+        f"SELECT topic, {P}, head_offset FROM queue_partitions WHERE {_in('topic', topics)} ORDER BY topic, {P}",
         topics,
     ):
-        partitions[t].append((key, int(head)))
+        partitions[t].append((int(key), int(head)))
+    unsequenced = {
+        (t, int(k)): int(n)
+        for t, k, n in rows(
+            f"SELECT topic, {P}, COUNT(*) FROM queue_messages WHERE {_in('topic', topics)} AND {OFF} IS NULL "
+            f"GROUP BY topic, {P}",
+            topics,
+        )
+    }
     marks = {
-        (g, t, k): int(o)
+        (g, t, int(k)): int(o)
         for g, t, k, o in rows(
-            "SELECT consumer_group, topic, partition_key, offset_acked FROM queue_offsets "
+            f"SELECT consumer_group, topic, {P}, offset_acked FROM queue_offsets "
             f"WHERE {_in('topic', topics)} AND {_in('consumer_group', groups)}",
             [*topics, *groups],
         )
     }
     deliveries = {
-        (g, t, k): (int(a or 0), int(b or 0), int(c or 0))
+        (g, t, int(k)): (int(a or 0), int(b or 0), int(c or 0))
         for g, t, k, a, b, c in rows(
-            "SELECT consumer_group, topic, partition_key, "
+            f"SELECT consumer_group, topic, {P}, "
             f"SUM(CASE WHEN status = {IN_FLIGHT} AND invisible_until > {d.now_sql} THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN status = {RETRY} OR (status = {IN_FLIGHT} AND invisible_until <= {d.now_sql}) "
             "THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN status = {SCHEDULED} THEN 1 ELSE 0 END) "
             f"FROM queue_delivery_state WHERE acked = FALSE AND {_in('topic', topics)} "
-            f"AND {_in('consumer_group', groups)} GROUP BY consumer_group, topic, partition_key",
+            f"AND {_in('consumer_group', groups)} GROUP BY consumer_group, topic, {P}",
             [*topics, *groups],
         )
     }
     leases = {
-        (g, t, k): (holder, bool(live))
+        (g, t, int(k)): (holder, bool(live))
         for g, t, k, holder, live in rows(
-            "SELECT consumer_group, topic, partition_key, leased_by, "
+            f"SELECT consumer_group, topic, {P}, leased_by, "
             f"CASE WHEN lease_renewed_at > {cutoff} THEN 1 ELSE 0 END FROM queue_partition_leases "
             f"WHERE {_in('topic', topics)} AND {_in('consumer_group', groups)}",
             [*cutoff_params, *topics, *groups],
@@ -142,15 +154,16 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
             [*cutoff_params, *topics],
         )
     }
-    dead: dict[tuple[str, str, str], int] = {}
+    dead: dict[str, int] = defaultdict(int)
     for g, t in pairs:
+        # Dead letters of a group have ids "<group>:<original id>": a prefix range of the
+        # (topic, id) unique index.
         prefix = g.replace("!", "!!").replace("_", "!_").replace("%", "!%")
-        for key, count in rows(
-            "SELECT partition_key, COUNT(*) FROM queue_messages WHERE topic = %s AND id LIKE %s ESCAPE '!' "
-            "GROUP BY partition_key",
+        ((count,),) = rows(
+            "SELECT COUNT(*) FROM queue_messages WHERE topic = %s AND id LIKE %s ESCAPE '!'",
             [f"{t}{conf.DLQ_SUFFIX}", f"{prefix}:%"],
-        ):
-            dead[(g, t, key)] = int(count)
+        )
+        dead[g] += int(count)
 
     result: list[PartitionStatus] = []
     for g, t in pairs:
@@ -162,14 +175,14 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 PartitionStatus(
                     group=g,
                     topic=t,
-                    partition_key=key,
+                    partition=key,
                     head=head,
                     watermark=wm,
-                    lag=max(head - wm, 0),
+                    unsequenced=unsequenced.get((t, key), 0),
+                    lag=max(head - wm, 0) + unsequenced.get((t, key), 0),
                     in_flight=in_flight,
                     retrying=retrying,
                     scheduled=scheduled,
-                    dead_letters=dead.get((g, t, key), 0),
                     lease_holder=holder,
                     lease_live=live,
                 )
@@ -185,8 +198,9 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 lag=sum(p.lag for p in mine),
                 in_flight=sum(p.in_flight for p in mine),
                 retrying=sum(p.retrying for p in mine),
-                dead_letters=sum(p.dead_letters for p in mine),
+                dead_letters=dead.get(g, 0),
                 live_subscribers=subscribers.get(g, 0),
+                unsequenced=sum(p.unsequenced for p in mine),
             )
         )
     return QueueStatus(partitions=result, groups=summaries)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .conf import QueueSettings
 from .consumers import ConsumerOptions, ConsumerSpec
+from .executor import PartitionsInFlight
 
 
 @dataclass
@@ -20,16 +21,27 @@ class Subscription:
     spec: ConsumerSpec
     options: ConsumerOptions
     name: str
-    held: frozenset[str] = frozenset()
+    held: frozenset[int] = frozenset()
+    #: One partition per key (partitions are discovered as keys appear).
+    per_key: bool = False
+    #: Paused by an operator at the last lease round.
+    paused: bool = False
     #: Live subscribers and fair share seen by the last lease round (None: unknown).
     active: int | None = None
     cap: int | None = None
+    #: This subscriber's place in the sorted live names (None: unknown); see leasing.
+    rank: int | None = None
     #: Set once the keeper has run its first round (leases taken or not).
     ready: threading.Event = field(default_factory=threading.Event)
+    #: Held by the poll loop during a poll; the keeper takes it before giving leases back.
+    poll_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Partitions whose batch runs on a handler thread (``--concurrency`` > 1): the keeper
+    #: waits for them too before giving a lease back (django_sqlqueue.executor).
+    in_flight: PartitionsInFlight = field(default_factory=PartitionsInFlight)
 
     @classmethod
     def create(cls, spec: ConsumerSpec, name: str, conf: QueueSettings) -> Subscription:
-        return cls(spec=spec, options=spec.resolve(conf), name=name)
+        return cls(spec=spec, options=spec.resolve(conf), name=name, per_key=conf.partitions_for(spec.topic) is None)
 
     @property
     def group(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,11 +13,11 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import MAX_TOPIC_LENGTH, TOPIC_RE
 from .exceptions import InvalidMessage, PayloadTooLarge
-from .models import CONSUMER_GROUP_LENGTH, MAX_MESSAGE_ID_LENGTH, PARTITION_KEY_LENGTH
+from .models import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys a ``publish_many`` message dict may have.
-MESSAGE_KEYS = frozenset({"payload", "partition_key", "id", "metadata", "delay", "deliver_at"})
+MESSAGE_KEYS = frozenset({"payload", "key", "id", "metadata", "delay", "deliver_at"})
 
 
 def validate_topic(topic: Any, *, what: str = "topic", max_length: int = MAX_TOPIC_LENGTH) -> str:
@@ -40,8 +41,11 @@ def validate_group(group: Any) -> str:
 
 
 def _validate_key(value: Any, what: str, max_length: int, *, allow_empty: bool) -> str:
+    # Keys and ids are often database ids or UUIDs: take them as their canonical text.
+    if (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, uuid.UUID):
+        value = str(value)
     if not isinstance(value, str):
-        raise InvalidMessage(f"{what} must be a str, got {type(value).__name__}.")
+        raise InvalidMessage(f"{what} must be a str, int or UUID, got {type(value).__name__}.")
     if not value and not allow_empty:
         raise InvalidMessage(f"{what} must not be empty.")
     if len(value) > max_length:
@@ -54,15 +58,13 @@ def _validate_key(value: Any, what: str, max_length: int, *, allow_empty: bool) 
     return value
 
 
-def validate_partition_key(key: Any) -> str:
-    """Return ``key``: a str of at most 128 characters ("" is the default partition)."""
-    return _validate_key(key, "partition_key", PARTITION_KEY_LENGTH, allow_empty=True)
+def validate_key(key: Any) -> str:
+    """Return ``key`` as a str of at most 128 characters ("" = no key; ints and UUIDs as text)."""
+    return _validate_key(key, "key", KEY_LENGTH, allow_empty=True)
 
 
 def validate_message_id(message_id: Any) -> str:
-    """Return the message id as a str (ints are accepted and converted)."""
-    if isinstance(message_id, int) and not isinstance(message_id, bool):
-        message_id = str(message_id)
+    """Return the message id as a str (ints and UUIDs are accepted and converted)."""
     return _validate_key(message_id, "id", MAX_MESSAGE_ID_LENGTH, allow_empty=False)
 
 
@@ -86,7 +88,7 @@ def encode_json(value: Any, what: str) -> str:
 class PreparedMessage:
     """A validated message, ready to insert."""
 
-    partition_key: str
+    key: str
     id: str
     payload_json: str
     metadata_json: str
@@ -106,7 +108,7 @@ class PreparedMessage:
 def prepare_message(
     payload: Any,
     *,
-    partition_key: Any = "",
+    key: Any = "",
     id: Any = None,
     metadata: Any = None,
     delay: Any = None,
@@ -117,7 +119,7 @@ def prepare_message(
     """Validate one message; raise :class:`InvalidMessage` naming the problem."""
     where = f"{position}: " if position else ""
     try:
-        key = validate_partition_key(partition_key)
+        message_key = validate_key(key)
         explicit = id is not None
         message_id = validate_message_id(id) if explicit else new_message_id()
         if metadata is None or metadata == {}:
@@ -127,7 +129,9 @@ def prepare_message(
         else:
             raise InvalidMessage(f"metadata must be a dict, got {type(metadata).__name__}.")
         payload_json = encode_json(payload, "payload")
-        size = len(payload_json.encode()) + len(metadata_json.encode())
+        # A character is at most 4 bytes in UTF-8: count bytes only when it could matter.
+        chars = len(payload_json) + len(metadata_json)
+        size = chars if chars * 4 <= max_payload_bytes else len(payload_json.encode()) + len(metadata_json.encode())
         if size > max_payload_bytes:
             raise PayloadTooLarge(
                 f"payload and metadata are {size} bytes as JSON; SQLQUEUE['MAX_PAYLOAD_BYTES'] is {max_payload_bytes}."
@@ -157,11 +161,11 @@ def prepare_message(
             raise type(exc)(f"{where}{exc}") from exc.__cause__
         raise
     return PreparedMessage(
-        partition_key=key,
+        key=message_key,
         id=message_id,
         payload_json=payload_json,
         metadata_json=metadata_json,
         delay=seconds,
-        deliver_at=deliver_at.astimezone(dt.timezone.utc) if deliver_at is not None else None,
+        deliver_at=deliver_at.astimezone(dt.UTC) if deliver_at is not None else None,
         explicit_id=explicit,
     )

@@ -14,7 +14,16 @@ from .base import Dialect
 
 
 def get_dialect(connection: BaseDatabaseWrapper) -> Dialect:
-    """Return the dialect for a Django connection."""
+    """Return the dialect for a Django connection (one per connection object, reused)."""
+    cached = connection.__dict__.get("_sqlqueue_dialect")
+    if cached is not None:
+        return cached
+    dialect = _new_dialect(connection)
+    connection.__dict__["_sqlqueue_dialect"] = dialect
+    return dialect
+
+
+def _new_dialect(connection: BaseDatabaseWrapper) -> Dialect:
     vendor = connection.vendor
     if vendor == "mysql":
         from .mysql import MySQLDialect

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-#: Columns written when a message is stored, in statement order.
+#: Columns written when a message is stored, in statement order. ``seq`` comes from
+#: AUTO_INCREMENT/identity and ``offset`` stays NULL until the sequencer numbers the row.
 MESSAGE_COLUMNS = (
     "topic",
-    "partition_key",
-    "offset",
+    "partition",
+    "key",
     "id",
     "payload",
     "metadata",
@@ -35,10 +37,10 @@ MAX_BYTES_PER_INSERT = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class MessageRow:
-    """One message to insert, with its offset already allocated."""
+    """One message to insert."""
 
-    partition_key: str
-    offset: int
+    partition: int
+    key: str
     id: str
     payload_json: str
     metadata_json: str
@@ -53,15 +55,20 @@ class MessageRow:
     #: Creation time to keep (a dead letter keeps its original's), or None for now.
     created_at: dt.datetime | None = None
 
+    @property
+    def size(self) -> int:
+        """Bytes of the row's text values, roughly what it adds to a statement."""
+        return len(self.payload_json) + len(self.metadata_json) + len(self.last_error) + len(self.id) + len(self.key)
 
-def _statements(rows: Sequence[MessageRow]) -> Iterator[Sequence[MessageRow]]:
+
+def statements(rows: Sequence[MessageRow], max_bytes: int = MAX_BYTES_PER_INSERT) -> Iterator[Sequence[MessageRow]]:
     """Cut rows into statements of bounded row count and size."""
     start, size = 0, 0
     for index, row in enumerate(rows):
-        size += len(row.payload_json) + len(row.metadata_json) + len(row.last_error)
-        if index - start >= MAX_ROWS_PER_INSERT or (size > MAX_BYTES_PER_INSERT and index > start):
+        size += row.size
+        if index - start >= MAX_ROWS_PER_INSERT or (size > max_bytes and index > start):
             yield rows[start:index]
-            start, size = index, len(row.payload_json) + len(row.metadata_json) + len(row.last_error)
+            start, size = index, row.size
     if start < len(rows):
         yield rows[start:]
 
@@ -80,8 +87,14 @@ class Dialect:
     #: Starts a transaction explicitly while the connection is in autocommit mode.
     begin_sql = "BEGIN"
     json_placeholder = "%s"
+    #: An empty JSON object as a SQL literal.
+    empty_json_sql = "'{}'"
     datetime_placeholder = "%s"
     bool_placeholder = "%s"
+    #: Suffix of a SELECT that share-locks the rows it reads until the transaction ends.
+    for_share = "FOR SHARE"
+    #: Suffix of a SELECT that exclusively locks the rows it reads.
+    for_update = "FOR UPDATE"
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
@@ -96,14 +109,14 @@ class Dialect:
 
     def on_conflict_update(self, conflict: Sequence[str]) -> str:
         """Start of an upsert's update clause (followed by ``col = expr, ...``)."""
-        return f"ON CONFLICT ({', '.join(conflict)}) DO UPDATE SET"
+        return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO UPDATE SET"
 
     def on_conflict_ignore(self, conflict: Sequence[str], noop: str) -> str:
         """Clause that turns a duplicate-key insert into a no-op.
 
         ``noop`` names a column of the target table only (MySQL assigns it to itself).
         """
-        return f"ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
+        return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO NOTHING"
 
     def union_branch(self, select: str, index: int) -> str:
         """Wrap a SELECT with its own ORDER BY/LIMIT as one branch of a UNION ALL.
@@ -129,8 +142,8 @@ class Dialect:
         if isinstance(value, str):
             value = dt.datetime.fromisoformat(value)
         if value.tzinfo is None:
-            return value.replace(tzinfo=dt.timezone.utc)
-        return value.astimezone(dt.timezone.utc)
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
 
     def load_json(self, value: Any) -> Any:
         """Decode a JSON column read by raw SQL (drivers return text or objects)."""
@@ -144,70 +157,109 @@ class Dialect:
         """Convert an aware datetime to the parameter Django would send."""
         return self.connection.ops.adapt_datetimefield_value(value)
 
-    # -- partition head rows ------------------------------------------------------
+    # -- publishing ---------------------------------------------------------------
 
-    def allocate(self, cursor: Any, topic: str, counts: Mapping[str, int]) -> dict[str, int]:
-        """Lock the partitions' head rows and reserve ``counts[key]`` offsets in each.
+    @functools.cached_property
+    def message_columns(self) -> str:
+        """The quoted column list of a message INSERT."""
+        return ", ".join(self.qn(c) for c in MESSAGE_COLUMNS)
 
-        Returns each partition's new head offset: the reserved offsets of ``key`` are
-        ``head - counts[key] + 1 .. head``. Missing head rows are created. The row locks
-        are held until the caller's transaction ends, so a concurrent publisher of the
-        same partition waits here: offsets are handed out, and become visible, in
-        commit order. Rows are locked in sorted key order, so two publishers of
-        overlapping partition sets cannot deadlock on them.
+    def max_statement_bytes(self, cursor: Any) -> int | None:
+        """The largest statement the server accepts, if it has a limit worth checking."""
+        return None
 
-        This default is one upsert with RETURNING (PostgreSQL, SQLite >= 3.35): the
-        conflict path locks the existing row, the insert path the new one.
+    def insert_messages(
+        self, cursor: Any, topic: str, rows: Sequence[MessageRow], *, skip_duplicates: bool
+    ) -> set[str]:
+        """Insert messages with multi-row INSERTs; return the ids skipped as duplicates.
+
+        Only INSERTs: no row another publisher could touch is read with a lock or
+        updated, so publishers never wait for each other -- except on the unique index
+        of (topic, id), when two transactions insert the same id and uniqueness has to
+        wait for the first to end.
+
+        With ``skip_duplicates`` a row whose id exists already is left out without an
+        error (``ON CONFLICT DO NOTHING``): an error would abort the caller's transaction
+        on PostgreSQL. Columns that are the same for every row of a plain publish are
+        SQL literals, so the per-row parameters (escaped one by one by the driver) stay
+        few.
         """
-        items = sorted(counts.items())
-        values = ", ".join([f"(%s, %s, %s, {self.now_sql})"] * len(items))
-        params: list[Any] = []
-        for key, count in items:
-            params += [topic, key, count]
-        cursor.execute(
-            "INSERT INTO queue_partitions (topic, partition_key, head_offset, created_at) "
-            f"VALUES {values} ON CONFLICT (topic, partition_key) DO UPDATE "
-            "SET head_offset = queue_partitions.head_offset + excluded.head_offset "
-            "RETURNING partition_key, head_offset",
-            params,
-        )
-        return dict(cursor.fetchall())
-
-    def release(self, cursor: Any, topic: str, unused: Mapping[str, int]) -> None:
-        """Give back reserved offsets that were not used (the head rows are ours)."""
-        for key, count in sorted(unused.items()):
-            cursor.execute(
-                "UPDATE queue_partitions SET head_offset = head_offset - %s WHERE topic = %s AND partition_key = %s",
-                [count, topic, key],
-            )
-
-    # -- messages -----------------------------------------------------------------
-
-    def insert_messages(self, cursor: Any, topic: str, rows: Sequence[MessageRow]) -> None:
-        """Insert messages with multi-row INSERTs (offsets already allocated).
-
-        Columns that are the same for every row of a plain publish are SQL literals, so
-        the per-row parameters (escaped one by one by the driver) stay few.
-        """
-        columns = ", ".join(self.qn(c) for c in MESSAGE_COLUMNS)
         ts, now, json_ph = self.datetime_placeholder, self.now_sql, self.json_placeholder
-        adapt = self.adapt_datetime
         dead_letters = any(r.failed or r.original_topic or r.created_at for r in rows)
         scheduled = dead_letters or any(r.deliver_at is not None or r.delay_us for r in rows)
         deliver_sql = f"COALESCE({ts}, {self.now_plus_us_sql})" if scheduled else now
+        # Empty metadata (the common case) is a literal, one parameter fewer per row.
+        self._no_metadata = all(r.metadata_json == "{}" for r in rows)
+        metadata_sql = self.empty_json_sql if self._no_metadata else json_ph
         if dead_letters:
             row_sql = (
-                f"(%s, %s, %s, %s, {json_ph}, {json_ph}, {deliver_sql}, CASE WHEN {self.bool_placeholder} "
+                f"(%s, %s, %s, %s, {json_ph}, {metadata_sql}, {deliver_sql}, CASE WHEN {self.bool_placeholder} "
                 f"THEN {now} END, %s, %s, %s, COALESCE({ts}, {now}), {now})"
             )
         else:
-            row_sql = f"(%s, %s, %s, %s, {json_ph}, {json_ph}, {deliver_sql}, NULL, 0, '', '', {now}, {now})"
-        for chunk in _statements(rows):
+            row_sql = f"(%s, %s, %s, %s, {json_ph}, {metadata_sql}, {deliver_sql}, NULL, 0, '', '', {now}, {now})"
+        self._row_sql = row_sql
+        self._scheduled, self._dead_letters = scheduled, dead_letters
+        skipped: set[str] = set()
+        for chunk in statements(rows, self.max_statement_bytes(cursor) or MAX_BYTES_PER_INSERT):
+            skipped |= self.insert_chunk(cursor, topic, chunk, skip_duplicates)
+        return skipped
+
+    def insert_chunk(self, cursor: Any, topic: str, chunk: Sequence[MessageRow], skip_duplicates: bool) -> set[str]:
+        """One INSERT statement for ``chunk`` (see :meth:`insert_messages`)."""
+        adapt = self.adapt_datetime
+        params: list[Any] = []
+        no_metadata = self._no_metadata
+        for r in chunk:
+            if no_metadata:
+                params += (topic, r.partition, r.key, r.id, r.payload_json)
+            else:
+                params += (topic, r.partition, r.key, r.id, r.payload_json, r.metadata_json)
+            if self._scheduled:
+                params += (adapt(r.deliver_at), r.delay_us)
+            if self._dead_letters:
+                params += (r.failed, r.failure_count, r.last_error, r.original_topic, adapt(r.created_at))
+        sql = f"INSERT INTO queue_messages ({self.message_columns}) VALUES {', '.join([self._row_sql] * len(chunk))}"
+        return self.execute_insert(cursor, sql, params, [r.id for r in chunk], skip_duplicates)
+
+    def execute_insert(
+        self, cursor: Any, sql: str, params: Sequence[Any], ids: Sequence[str], skip_duplicates: bool
+    ) -> set[str]:
+        """Run one multi-row message INSERT; return the ids it skipped as duplicates.
+
+        PostgreSQL and SQLite: ``ON CONFLICT (topic, id) DO NOTHING RETURNING id``. A
+        concurrent transaction inserting the same id makes this one wait for its end,
+        then skip the row (PostgreSQL), without an error.
+        """
+        if not skip_duplicates:
+            cursor.execute(sql, params)
+            return set()
+        cursor.execute(f"{sql} ON CONFLICT (topic, id) DO NOTHING RETURNING id", params)
+        inserted = {row[0] for row in cursor.fetchall()}
+        return set(ids) - inserted
+
+    # -- sequencing -----------------------------------------------------------------
+
+    #: Rows per offset-assigning statement of the generic form (see :meth:`assign_offsets`).
+    assign_chunk = 200
+
+    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
+        """Set ``offset`` of the messages with these (seq, offset) pairs (the sequencer's write).
+
+        Generic form: ``SET offset = CASE seq WHEN .. THEN .. END WHERE seq IN (..)``. A
+        CASE is evaluated WHEN by WHEN for every row, so one statement of n rows costs
+        n^2/2 comparisons: statements of ``assign_chunk`` rows keep it linear. MySQL and
+        PostgreSQL override this with a join against the pairs, one statement.
+        """
+        o = self.qn("offset")
+        for start in range(0, len(offsets), self.assign_chunk):
+            chunk = offsets[start : start + self.assign_chunk]
             params: list[Any] = []
-            for r in chunk:
-                params += (topic, r.partition_key, r.offset, r.id, r.payload_json, r.metadata_json)
-                if scheduled:
-                    params += (adapt(r.deliver_at), r.delay_us)
-                if dead_letters:
-                    params += (r.failed, r.failure_count, r.last_error, r.original_topic, adapt(r.created_at))
-            cursor.execute(f"INSERT INTO queue_messages ({columns}) VALUES {', '.join([row_sql] * len(chunk))}", params)
+            for seq, offset in chunk:
+                params += [seq, offset]
+            params += [seq for seq, _ in chunk]
+            cursor.execute(
+                f"UPDATE queue_messages SET {o} = CASE seq {' '.join(['WHEN %s THEN %s'] * len(chunk))} END "
+                f"WHERE seq IN ({', '.join(['%s'] * len(chunk))})",
+                params,
+            )

@@ -8,10 +8,18 @@ order, and callers retry error 1213.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Sequence
 from typing import Any
 
-from .base import Dialect
+from django.db import IntegrityError
+
+from .base import Dialect, MessageRow
+
+#: Duplicate entry for a unique key.
+ER_DUP_ENTRY = 1062
+#: (seq, offset) pairs per offset-assigning statement.
+ASSIGN_JSON_CHUNK = 10000
 
 
 class MySQLDialect(Dialect):
@@ -19,6 +27,8 @@ class MySQLDialect(Dialect):
     now_sql = "UTC_TIMESTAMP(6)"
     begin_sql = "START TRANSACTION"
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
+    # MariaDB has no FOR SHARE; both understand the older spelling.
+    for_share = "LOCK IN SHARE MODE"
 
     def excluded(self, column: str) -> str:
         return f"VALUES({column})"
@@ -30,43 +40,67 @@ class MySQLDialect(Dialect):
         # Not INSERT IGNORE, which would also turn other errors into warnings.
         return f"ON DUPLICATE KEY UPDATE {noop} = {noop}"
 
-    def allocate(self, cursor: Any, topic: str, counts: Mapping[str, int]) -> dict[str, int]:
-        if len(counts) == 1:
-            # The common case, one statement: an UPDATE by primary key takes an exclusive
-            # record lock on the head row (no gap lock) and LAST_INSERT_ID(expr) hands the
-            # new head back through the protocol's insert-id field, without a SELECT.
-            ((key, count),) = counts.items()
+    def max_statement_bytes(self, cursor: Any) -> int | None:
+        """``max_allowed_packet``, read once per connection.
+
+        A statement over it makes the server drop the connection (error 1153), which
+        would also lose the caller's transaction: the publisher checks sizes first.
+        """
+        raw = self.connection.connection
+        cached = getattr(self.connection, "_sqlqueue_max_packet", None)
+        if cached is None or cached[0] is not raw:
+            cursor.execute("SELECT @@max_allowed_packet")
+            cached = (raw, int(cursor.fetchone()[0]))
+            self.connection._sqlqueue_max_packet = cached  # type: ignore[attr-defined]
+        # Leave room for the statement text around the values, and for escaping.
+        return max(1024, cached[1] // 2 - 64 * 1024)
+
+    def insert_chunk(self, cursor: Any, topic: str, chunk: Sequence[MessageRow], skip_duplicates: bool) -> set[str]:
+        """A plain INSERT; a duplicate id is found after the fact.
+
+        Not ``INSERT IGNORE`` (it turns every error, e.g. invalid JSON, into a warning
+        and drops the row) and not ``ON DUPLICATE KEY UPDATE`` (it takes exclusive
+        next-key locks on the unique index even under READ COMMITTED, which would make
+        unrelated publishers wait). The publisher looks for existing ids before
+        inserting, so a duplicate here means a concurrent publisher of the same id
+        committed while we waited for it: error 1062 rolls back this statement only
+        (the caller's transaction goes on); the ids found are left out and the rest is
+        inserted again.
+        """
+        if not skip_duplicates:
+            return super().insert_chunk(cursor, topic, chunk, False)
+        try:
+            return super().insert_chunk(cursor, topic, chunk, False)
+        except IntegrityError as exc:
+            if not exc.args or exc.args[0] != ER_DUP_ENTRY:
+                raise
+        ids = [r.id for r in chunk]
+        cursor.execute(
+            f"SELECT id FROM queue_messages WHERE topic = %s AND id IN ({', '.join(['%s'] * len(ids))})",
+            [topic, *ids],
+        )
+        existing = {row[0] for row in cursor.fetchall()}
+        if not existing:
+            raise IntegrityError(f"duplicate key in queue_messages for topic {topic!r}, but no id of the batch exists")
+        rest = [r for r in chunk if r.id not in existing]
+        return existing | (self.insert_chunk(cursor, topic, rest, True) if rest else set())
+
+    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
+        """One UPDATE joined with the (seq, offset) pairs as a JSON_TABLE (MySQL 8, MariaDB 10.6).
+
+        The pairs drive the join and each message is an ``eq_ref`` primary-key lookup: linear
+        in the number of rows, where a CASE would be quadratic. The rows are committed
+        messages that nobody else writes (the sequencer holds their partition's head row),
+        so the UPDATE waits for no lock.
+        """
+        for start in range(0, len(offsets), ASSIGN_JSON_CHUNK):
+            pairs = json.dumps([[seq, offset] for seq, offset in offsets[start : start + ASSIGN_JSON_CHUNK]])
+            # The pairs drive the join (STRAIGHT_JOIN) and each message is found by primary
+            # key (FORCE INDEX): on a small table the optimizer would rather scan it, and a
+            # scanning join UPDATE waits for the row lock of every uncommitted publish it
+            # meets -- the sequencer would wait for a publisher.
             cursor.execute(
-                "UPDATE queue_partitions SET head_offset = LAST_INSERT_ID(head_offset + %s) "
-                "WHERE topic = %s AND partition_key = %s",
-                [count, topic, key],
+                "UPDATE JSON_TABLE(%s, '$[*]' COLUMNS (s BIGINT PATH '$[0]', o BIGINT PATH '$[1]')) v "
+                "STRAIGHT_JOIN queue_messages m FORCE INDEX (PRIMARY) ON m.seq = v.s SET m.`offset` = v.o",
+                [pairs],
             )
-            if cursor.rowcount == 0:
-                # A new partition. If another publisher inserts it concurrently, the
-                # duplicate-key path waits for its row lock, then increments.
-                cursor.execute(
-                    "INSERT INTO queue_partitions (topic, partition_key, head_offset, created_at) "
-                    "VALUES (%s, %s, LAST_INSERT_ID(%s), UTC_TIMESTAMP(6)) "
-                    "ON DUPLICATE KEY UPDATE head_offset = LAST_INSERT_ID(head_offset + %s)",
-                    [topic, key, count, count],
-                )
-            return {key: cursor.lastrowid}
-        # Several partitions: one upsert in sorted key order locks and increments them
-        # all, then a plain read returns the heads (rows we hold locked, so ours).
-        items = sorted(counts.items())
-        params: list[Any] = []
-        for key, count in items:
-            params += [topic, key, count]
-        cursor.execute(
-            "INSERT INTO queue_partitions (topic, partition_key, head_offset, created_at) VALUES "
-            + ", ".join(["(%s, %s, %s, UTC_TIMESTAMP(6))"] * len(items))
-            + " ON DUPLICATE KEY UPDATE head_offset = head_offset + VALUES(head_offset)",
-            params,
-        )
-        cursor.execute(
-            "SELECT partition_key, head_offset FROM queue_partitions WHERE topic = %s AND partition_key IN ("
-            + ", ".join(["%s"] * len(items))
-            + ")",
-            [topic, *(key for key, _ in items)],
-        )
-        return dict(cursor.fetchall())

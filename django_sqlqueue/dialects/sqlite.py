@@ -18,9 +18,13 @@ class SQLiteDialect(Dialect):
     # Take the write lock at once, as transaction_mode IMMEDIATE does for atomic().
     begin_sql = "BEGIN IMMEDIATE"
     greatest = "MAX"
+    # No row locks: a write transaction holds the database write lock (BEGIN IMMEDIATE).
+    for_share = ""
+    for_update = ""
 
     def union_branch(self, select: str, index: int) -> str:
         # SQLite accepts ORDER BY/LIMIT in a UNION branch only inside a subquery.
         return f"SELECT * FROM ({select}) AS b{index}"
+
     now_sql = _NOW
     now_plus_us_sql = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now', printf('%%+.6f seconds', %s / 1000000.0))"

@@ -1,7 +1,7 @@
 """On MySQL/MariaDB, compare queue keys byte for byte.
 
-The default utf8mb4 collations are case- and accent-insensitive: partition keys "A" and
-"a" (or topics "Orders" and "orders") would be one partition in SQL and two in Python.
+The default utf8mb4 collations are case- and accent-insensitive: message ids "A" and
+"a" (or topics "Orders" and "orders") would be one in SQL and two in Python.
 Converting the queue tables to ``utf8mb4_bin`` makes every key comparison exact. Other
 databases compare strings exactly already, so this migration does nothing there and
 leaves Django's model state unchanged.
@@ -11,11 +11,13 @@ from django.db import migrations
 
 TABLES = [
     "queue_messages",
+    "queue_topics",
     "queue_partitions",
     "queue_delivery_state",
     "queue_partition_leases",
     "queue_offsets",
     "queue_subscriber_heartbeats",
+    "queue_paused_topics",
 ]
 
 

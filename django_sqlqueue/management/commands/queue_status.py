@@ -10,11 +10,25 @@ from django.core.management.base import BaseCommand
 
 from django_sqlqueue.status import queue_status
 
-COLUMNS = ("group", "topic", "partition", "head", "watermark", "lag", "in flight", "retrying", "dlq", "leased by")
+COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "head",
+    "watermark",
+    "unsequenced",
+    "lag",
+    "in flight",
+    "retrying",
+    "leased by",
+)
 
 
 class Command(BaseCommand):
-    help = "Show per group/topic/partition head offset, watermark, lag, in-flight, retrying, DLQ depth, lease."
+    help = (
+        "Show per group/topic/partition head offset, watermark, messages waiting for the sequencer, lag, "
+        "in-flight, retrying, lease; per group the dead letters."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--group", help="only this consumer group")
@@ -28,29 +42,40 @@ class Command(BaseCommand):
             return
         if not status.groups:
             self.stdout.write("no consumer group has consumed anything yet")
+            self._unconsumed_topics()
             return
         table = [COLUMNS] + [
             (
                 p.group,
                 p.topic,
-                p.partition_key or '""',
+                str(p.partition),
                 str(p.head),
                 str(p.watermark),
+                str(p.unsequenced),
                 str(p.lag),
                 str(p.in_flight),
                 str(p.retrying),
-                str(p.dead_letters),
                 (p.lease_holder or "-") + ("" if p.lease_live or not p.lease_holder else " (expired)"),
             )
             for p in status.partitions
         ]
         widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
         for row in table:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         self.stdout.write("")
         for g in status.groups:
             self.stdout.write(
                 f"group {g.group}: {len(g.topics)} topic(s), {g.partitions} partition(s), lag {g.lag}, "
-                f"in flight {g.in_flight}, retrying {g.retrying}, dead letters {g.dead_letters}, "
+                f"waiting for the sequencer {g.unsequenced}, in flight {g.in_flight}, retrying {g.retrying}, "
+                f"dead letters {g.dead_letters}, "
                 f"live subscribers {g.live_subscribers}"
             )
+        self._unconsumed_topics()
+
+    def _unconsumed_topics(self) -> None:
+        """Topics in the log that no group consumes: never garbage-collected (issue 8)."""
+        from django_sqlqueue.ops import list_topics
+
+        nobody = [t.topic for t in list_topics() if t.unconsumed]
+        if nobody:
+            self.stdout.write(f"topics nobody consumes (never collected): {', '.join(nobody)}")

@@ -2,33 +2,56 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
-import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
+from django_sqlqueue.logsetup import configure_worker_logging
+from django_sqlqueue.schedules import all_schedules
 from django_sqlqueue.shutdown import graceful_signals
+from django_sqlqueue.tasks.discovery import task_consumer_specs
 from django_sqlqueue.worker import Worker
-
-LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
 class Command(BaseCommand):
     help = "Run the registered django-sqlqueue consumers (all, or those matching --group/--topic)."
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # None = -v not given: the project's LOGGING decides (django_sqlqueue.logsetup).
+        parser.set_defaults(verbosity=None)
+        return parser
+
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--group", action="append", default=[], help="consumer group to run (repeatable)")
         parser.add_argument("--topic", action="append", default=[], help="topic to consume (repeatable)")
         parser.add_argument("--name", default=None, help="subscriber name (default: host:pid)")
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="do not fire recurring schedules from this worker (by default every worker helps; "
+            "each tick fires once)",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="handler threads: batches of different partitions run in parallel, order within a "
+            "partition is kept (default 1: one handler at a time)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        configure_logging(options["verbosity"])
+        configure_worker_logging(options["verbosity"])
+        if options["concurrency"] < 1:
+            raise CommandError(f"--concurrency must be at least 1, got {options['concurrency']}.")
         load_consumers()
+        # The django.tasks backend's queues are consumers too (django_sqlqueue.tasks).
+        for spec in task_consumer_specs():
+            registry.register(spec)
         specs = registry.select(options["group"] or None, options["topic"] or None)
         if not specs:
             known = ", ".join(s.name for s in registry.all()) or "none"
@@ -37,18 +60,7 @@ class Command(BaseCommand):
                 f" (registered group:topic pairs: {known})."
             )
         name = options["name"] or f"{socket.gethostname()}:{os.getpid()}"
-        worker = Worker(specs, name=name, conf=get_settings())
+        schedules = [] if options["no_schedules"] else all_schedules()
+        worker = Worker(specs, name=name, conf=get_settings(), concurrency=options["concurrency"], schedules=schedules)
         with graceful_signals(worker.stop):
             worker.run()
-
-
-def configure_logging(verbosity: int) -> None:
-    """Send django_sqlqueue's log records to stderr at the level --verbosity asks for."""
-    logger = logging.getLogger("django_sqlqueue")
-    logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
-    if not logger.handlers:  # the project's LOGGING may already route it
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        handler._sqlqueue = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.propagate = False

@@ -1,0 +1,53 @@
+"""Every database operation of the consumer side, one module per responsibility.
+
+The worker (``worker.py``), the lease keeper (``leasing.py``), garbage collection and
+``queue_status`` call these methods; none of them writes SQL of its own. Vendor
+differences come from the dialect (``dialects/``). The sequencer, which numbers
+committed messages, lives in ``sequencer.py``.
+
+- ``heartbeats.py``: subscriber liveness, for fair share;
+- ``topics.py``: the topic registry and partition head rows;
+- ``leases.py``: renewing, acquiring and releasing partition leases;
+- ``delivery.py``: the poll's state query, the fetch, recording deliveries;
+- ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
+- ``gc.py``: deleting what every group has processed.
+
+Locking, in short (READ COMMITTED on MySQL):
+
+- Only the subscriber holding a partition's lease writes that partition's delivery state
+  and watermark for its group: each such write transaction share-locks the lease rows
+  first and writes only the partitions still held.
+- Statements touch one (group, topic) and primary-key ranges of it; multi-row writes list
+  keys in sorted order. Deadlocks (1213) and lost connections are retried by the caller
+  (``retry.py``), so every method here is safe to run again.
+- Times compared across processes -- leases, heartbeats, visibility -- are computed in
+  SQL from the database clock, never from a worker's clock.
+"""
+
+from __future__ import annotations
+
+from .acks import ADVANCE_SCAN, AckStore
+from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
+from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
+from .gc import GCStore
+from .heartbeats import HeartbeatStore
+from .leases import LeaseStore
+from .topics import TopicStore
+
+
+class QueueStore(HeartbeatStore, TopicStore, LeaseStore, DeliveryStore, AckStore, GCStore):
+    """Consumer-side SQL on one database alias (the union of the store modules)."""
+
+
+__all__ = [
+    "ADVANCE_SCAN",
+    "FETCH_CHUNK",
+    "IN_FLIGHT",
+    "RETRY",
+    "SCHEDULED",
+    "FetchPlan",
+    "FetchedMessage",
+    "PartitionState",
+    "QueueStore",
+    "StoreBase",
+]

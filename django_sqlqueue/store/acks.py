@@ -1,0 +1,199 @@
+"""Outcomes of deliveries: acks, nacks, dead letters, and the watermark.
+
+Every write here is fenced by the subscriber's lease (``StoreBase.lock_held``): a worker
+that lost a partition -- its lease expired and was stolen, or an operator released it or
+moved the group's position -- cannot ack, nack or move the watermark of that partition
+any more. So an operator's rewind is never undone by a late ack from the former holder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from .base import RETRY, StoreBase
+from .delivery import FetchedMessage
+
+#: Delivery-state rows read per watermark step.
+ADVANCE_SCAN = 1000
+
+
+class AckStore(StoreBase):
+    def ensure_offsets(self, group: str, topic: str, partitions: Sequence[int]) -> None:
+        """Create the group's watermark rows for partitions it starts consuming.
+
+        A new group starts at the oldest retained message: the watermark is set just
+        below it (or at the head when nothing is retained), so a partition whose start
+        was garbage-collected does not wait forever for offsets that no longer exist.
+        """
+        d, P, OFF = self.dialect, self.P, self.OFF
+        for partition in sorted(set(partitions)):
+            self._execute(
+                f"INSERT INTO queue_offsets (consumer_group, topic, {P}, offset_acked, updated_at) "
+                f"SELECT %s, p.topic, p.{P}, COALESCE((SELECT m.{OFF} FROM queue_messages m "
+                f"WHERE m.topic = p.topic AND m.{P} = p.{P} AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1) - 1, "
+                f"p.head_offset), {d.now_sql} FROM queue_partitions p WHERE p.topic = %s AND p.{P} = %s "
+                f"{d.on_conflict_ignore(['consumer_group', 'topic', 'partition'], 'offset_acked')}",
+                [group, topic, partition],
+            )
+
+    def nack(self, group: str, topic: str, name: str, delays: Sequence[tuple[int, int, float]]) -> None:
+        """Make messages invisible for their retry delay (status RETRY)."""
+        d, P = self.dialect, self.P
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
+            for partition, offset, delay in sorted(delays):
+                if partition not in held:
+                    continue
+                until, params = d.now_plus(delay)
+                cursor.execute(
+                    f"UPDATE queue_delivery_state SET status = {RETRY}, invisible_until = {until} "
+                    f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
+                    [*params, group, topic, partition, offset],
+                )
+
+    def ack(self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]]) -> None:
+        """Mark messages acked for ``group`` (one statement after the lease check)."""
+        if not keys:
+            return
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _ in keys])
+            keys = [k for k in keys if k[0] in held]
+            if not keys:
+                return
+            match, match_params = self.match_offsets(keys)
+            cursor.execute(
+                f"UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s AND {match}",
+                [group, topic, *match_params],
+            )
+
+    def ack_contiguous(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        advances: Sequence[tuple[int, int, int]],
+        *,
+        report_skipped: bool = False,
+    ) -> list[int]:
+        """The happy path: for each (partition, watermark, new_watermark) whose acks are
+        exactly watermark+1..new_watermark, move the watermark and drop the rows behind it
+        in one transaction, instead of flagging each row acked and advancing later.
+
+        The watermark update is a compare-and-set on the old value; a partition whose
+        watermark moved meanwhile is returned, and its acks must go through :meth:`ack`.
+        A partition no longer held is not written, and returned only with
+        ``report_skipped`` (its acks must then not be retried: the lease is gone).
+        """
+        d, P = self.dialect, self.P
+        failed: list[int] = []
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
+            for partition, old, new in sorted(advances):
+                if partition not in held:
+                    if report_skipped:
+                        failed.append(partition)
+                    continue
+                cursor.execute(
+                    f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
+                    f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND offset_acked = %s",
+                    [new, group, topic, partition, old],
+                )
+                if cursor.rowcount != 1:
+                    failed.append(partition)
+                    continue
+                cursor.execute(
+                    f"DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
+                    f"AND {P} = %s AND message_offset <= %s",
+                    [group, topic, partition, new],
+                )
+        return failed
+
+    def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
+        """Move the watermark over contiguous acked rows; return the new watermark.
+
+        Offsets above the oldest retained message are dense (GC deletes only from the
+        bottom), so the walk needs only delivery-state rows: it stops at the first
+        unacked row or the first offset without a row (not delivered yet). It starts no
+        lower than just below the oldest retained message: offsets garbage-collected
+        meanwhile are gone for every group (a group that started while GC ran may sit
+        below them). Rows behind the new watermark are deleted in the same transaction.
+        Bounded per call; converges over polls.
+        """
+        P, OFF = self.P, self.OFF
+        ((oldest, head),) = self._fetchall(
+            f"SELECT (SELECT m.{OFF} FROM queue_messages m WHERE m.topic = p.topic AND m.{P} = p.{P} "
+            f"AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1), p.head_offset FROM queue_partitions p "
+            f"WHERE p.topic = %s AND p.{P} = %s",
+            [topic, partition],
+        )
+        start = max(watermark, (int(head) if oldest is None else int(oldest) - 1))
+        rows = self._fetchall(
+            "SELECT message_offset, acked FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
+            f"AND {P} = %s AND message_offset > %s ORDER BY message_offset LIMIT {ADVANCE_SCAN}",
+            [group, topic, partition, start],
+        )
+        new = start
+        for offset, acked in rows:
+            if offset != new + 1 or not acked:
+                break
+            new = offset
+        if new == watermark:
+            return watermark
+        moved = self.ack_contiguous(group, topic, name, [(partition, watermark, new)], report_skipped=True)
+        return new if not moved else watermark
+
+    def dead_letter(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        message: FetchedMessage,
+        *,
+        dlq_topic: str,
+        attempts: int,
+        error: str,
+    ) -> bool:
+        """Copy the message to the dead-letter topic and ack it for ``group``, atomically.
+
+        The copy is published first and both writes commit together, so the message is
+        never in zero places. The original stays in the log: other consumer groups still
+        get it, and GC removes it once every group is past it. The copy's id is
+        ``<group>:<original id>``, so two groups' dead letters of one message do not
+        collide; its metadata names the group and the original position. Returns False
+        (nothing written) if ``name`` no longer holds the partition.
+        """
+        from ..publisher import write_dead_letter
+
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            if not self.lock_held(cursor, group, topic, name, [message.partition]):
+                return False
+            metadata: dict[str, Any] = {
+                **(message.metadata or {}),
+                "dead_letter": {
+                    "consumer_group": group,
+                    "original_partition": message.partition,
+                    "original_offset": message.offset,
+                    "original_id": message.id,
+                },
+            }
+            write_dead_letter(
+                dlq_topic,
+                key=message.key,
+                id=f"{group}:{message.id}",
+                payload=message.payload,
+                metadata=metadata,
+                created_at=message.created_at,
+                failure_count=attempts,
+                last_error=error,
+                original_topic=topic,
+                using=self.using,
+            )
+            cursor.execute(
+                "UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s "
+                f"AND {self.P} = %s AND message_offset = %s",
+                [group, topic, message.partition, message.offset],
+            )
+        return True
