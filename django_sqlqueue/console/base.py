@@ -1,0 +1,165 @@
+"""Shared pieces of the console views: permissions, audit log, rendering, input parsing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ..models import QueueConsole
+from ..ops import OperationError
+
+APP = "django_sqlqueue"
+VIEW = "view_queue"
+#: Action -> permission codename.
+PERMISSIONS = {
+    "replay": "replay_deadletter",
+    "purge": "purge_deadletter",
+    "seek": "seek_group",
+    "pause": "pause_group",
+    "resume": "pause_group",
+    "drop": "drop_group",
+    "release": "release_lease",
+    "purge_topic": "purge_topic",
+}
+
+TABS = [
+    ("overview", "Overview"),
+    ("messages", "Messages"),
+    ("groups", "Groups & offsets"),
+    ("leases", "Leases & subscribers"),
+    ("deliveries", "In flight & retrying"),
+    ("deadletters", "Dead letters"),
+    ("topics", "Topics"),
+]
+
+
+def has(request: HttpRequest, codename: str) -> bool:
+    return request.user.is_active and request.user.is_staff and request.user.has_perm(f"{APP}.{codename}")
+
+
+def require(request: HttpRequest, codename: str = VIEW) -> None:
+    """Raise PermissionDenied (HTTP 403) unless the user has the console permission ``codename``."""
+    if not has(request, VIEW) or not has(request, codename):
+        raise PermissionDenied(f"needs the permission {APP}.{codename}")
+
+
+def require_action(request: HttpRequest, action: str) -> None:
+    if request.method != "POST":
+        raise PermissionDenied("actions are POST only")
+    require(request, PERMISSIONS[action])
+
+
+def audit(request: HttpRequest, target: str, message: str, *, deletion: bool = False) -> None:
+    """Record an operator action in the admin log (``LogEntry``): what, on what, how many."""
+    LogEntry.objects.create(
+        user_id=int(request.user.pk or 0),
+        content_type=ContentType.objects.get_for_model(QueueConsole, for_concrete_model=False),
+        object_id=target[:2000],
+        object_repr=target[:200],
+        action_flag=DELETION if deletion else CHANGE,
+        change_message=message,
+    )
+
+
+def url(name: str, *args: Any) -> str:
+    return reverse(f"admin:{APP}_queueconsole_{name}", args=args)
+
+
+class Console:
+    """Binds the views to an admin site."""
+
+    def __init__(self, admin_site: Any) -> None:
+        self.admin_site = admin_site
+
+    def render(
+        self, request: HttpRequest, template: str, context: dict[str, Any], *, tab: str, title: str
+    ) -> HttpResponse:
+        perms = {codename: has(request, codename) for codename in set(PERMISSIONS.values())}
+        ctx = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "tab": tab,
+            "tabs": [(key, label, url(key)) for key, label in TABS],
+            "can": perms,
+            "opts": QueueConsole._meta,
+            **context,
+        }
+        return TemplateResponse(request, f"django_sqlqueue/console/{template}", ctx)
+
+    def confirm(
+        self,
+        request: HttpRequest,
+        *,
+        tab: str,
+        title: str,
+        summary: str,
+        details: Iterable[str] = (),
+        table: Any = None,
+        danger: bool = True,
+        back: str,
+    ) -> HttpResponse:
+        """The confirmation page: the counts, the posted fields again, and a confirm button."""
+        fields = [
+            (k, v)
+            for k in request.POST
+            if k not in ("csrfmiddlewaretoken", "confirmed")
+            for v in request.POST.getlist(k)
+        ]
+        return self.render(
+            request,
+            "confirm.html",
+            {
+                "summary": summary,
+                "details": list(details),
+                "table": table,
+                "fields": fields,
+                "danger": danger,
+                "back": back,
+                "action_url": request.get_full_path(),
+            },
+            tab=tab,
+            title=title,
+        )
+
+
+def confirmed(request: HttpRequest) -> bool:
+    return request.POST.get("confirmed") == "yes"
+
+
+def fail(request: HttpRequest, exc: Exception) -> None:
+    messages.error(request, str(exc))
+
+
+def parse_time(value: str | None, what: str) -> dt.datetime | None:
+    """Parse an ISO 8601 time from a form (``datetime-local`` inputs are naive: taken as UTC)."""
+    if not value:
+        return None
+    parsed = parse_datetime(value.strip())
+    if parsed is None:
+        raise OperationError(f"{what}: {value!r} is not a date and time (use YYYY-MM-DDTHH:MM[:SS], UTC).")
+    if timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed
+
+
+def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int | None:
+    if value is None or value.strip() == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise OperationError(f"{what} must be an integer, got {value!r}.") from None
+    if minimum is not None and number < minimum:
+        raise OperationError(f"{what} must be >= {minimum}, got {number}.")
+    return number

@@ -1,0 +1,141 @@
+"""Read-only pages: overview, messages, leases & subscribers, deliveries, topics (+ lease release, topic purge)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import Http404
+from django.utils.http import urlencode
+
+from .. import ops
+from ..ops.deadletters import pretty
+from .base import Console, audit, confirmed, fail, parse_int, parse_time, require, require_action, url
+
+
+class Pages(Console):
+    def overview(self, request: HttpRequest) -> HttpResponse:
+        require(request)
+        data = ops.overview()
+        return self.render(request, "overview.html", {"o": data}, tab="overview", title="Queue overview")
+
+    def messages(self, request: HttpRequest) -> HttpResponse:
+        require(request)
+        g = request.GET
+        page, error = None, None
+        try:
+            f = ops.MessageFilter(
+                topic=g.get("topic") or None,
+                partition=parse_int(g.get("partition"), "partition"),
+                key=g.get("key") or None,
+                id=g.get("id") or None,
+                after=parse_time(g.get("after"), "published after"),
+                before=parse_time(g.get("before"), "published before"),
+            )
+            page = ops.browse(f, cursor=parse_int(g.get("cursor"), "cursor"), limit=50)
+        except ops.OperationError as exc:
+            f, error = ops.MessageFilter(), str(exc)
+        query = f.as_query()
+        return self.render(
+            request,
+            "messages.html",
+            {"page": page, "filter": g, "error": error, "qs": urlencode(query), "topics": ops.log_topics()},
+            tab="messages",
+            title="Messages",
+        )
+
+    def message(self, request: HttpRequest, seq: str) -> HttpResponse:
+        require(request)
+        try:
+            m = ops.get_message(int(seq))
+        except ops.NotFound as exc:
+            raise Http404(str(exc)) from exc
+        return self.render(
+            request,
+            "message.html",
+            {"m": m, "payload": pretty(m.payload), "metadata": pretty(m.metadata)},
+            tab="messages",
+            title=f"Message {m.topic}[{m.partition}] seq {m.seq}",
+        )
+
+    def leases(self, request: HttpRequest) -> HttpResponse:
+        require(request)
+        group, topic = request.GET.get("group") or None, request.GET.get("topic") or None
+        return self.render(
+            request,
+            "leases.html",
+            {
+                "leases": ops.list_leases(group, topic),
+                "subscribers": ops.list_subscribers(group, topic),
+                "filter": request.GET,
+            },
+            tab="leases",
+            title="Leases and subscribers",
+        )
+
+    def release(self, request: HttpRequest) -> HttpResponse:
+        require_action(request, "release")
+        p = request.POST
+        try:
+            partition = parse_int(p.get("partition"), "partition")
+            ops.release_lease(p.get("group", ""), p.get("topic", ""), partition or 0, holder=p.get("holder") or None)
+        except ops.OperationError as exc:
+            fail(request, exc)
+        else:
+            target = f"lease {p.get('group')}:{p.get('topic')}[{partition}]"
+            audit(request, target, f"Released {target} held by {p.get('holder')} (1 lease).")
+            messages.success(request, f"Released {target}; a subscriber of the group takes it at its next lease round.")
+        return HttpResponseRedirect(url("leases"))
+
+    def deliveries(self, request: HttpRequest) -> HttpResponse:
+        require(request)
+        g = request.GET
+        error, rows = None, []
+        try:
+            rows = ops.list_deliveries(g.get("group") or None, g.get("topic") or None, status=g.get("status") or None)
+        except ops.OperationError as exc:
+            error = str(exc)
+        return self.render(
+            request,
+            "deliveries.html",
+            {"rows": rows, "filter": g, "error": error, "statuses": ["in flight", "retrying", "scheduled"]},
+            tab="deliveries",
+            title="In flight and retrying",
+        )
+
+    def topics(self, request: HttpRequest) -> HttpResponse:
+        require(request)
+        return self.render(request, "topics.html", {"topics": ops.list_topics()}, tab="topics", title="Topics")
+
+    def purge_topic(self, request: HttpRequest) -> HttpResponse:
+        require_action(request, "purge_topic")
+        topic = request.POST.get("topic", "")
+        try:
+            if not confirmed(request):
+                preview = ops.purge_topic(topic, dry_run=True)
+                return self.confirm(
+                    request,
+                    tab="topics",
+                    title=f"Purge topic {topic}?",
+                    summary=f"Delete all {preview.messages} message(s) of topic {topic}.",
+                    details=[
+                        (
+                            "Every group's watermark moves to the head of each partition, their delivery state and "
+                            "leases of the topic go; messages published from now on are kept and delivered."
+                        ),
+                        "This cannot be undone.",
+                    ],
+                    back=url("topics"),
+                )
+            done = ops.purge_topic(topic)
+        except ops.OperationError as exc:
+            fail(request, exc)
+            return HttpResponseRedirect(url("topics"))
+        audit(
+            request,
+            f"topic {topic}",
+            f"Purged topic {topic}: {done.messages} message(s), "
+            f"{done.delivery_states} delivery state row(s), {done.leases} lease(s).",
+            deletion=True,
+        )
+        messages.success(request, f"Purged {done.messages} message(s) of {topic}.")
+        return HttpResponseRedirect(url("topics"))

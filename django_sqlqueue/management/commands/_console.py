@@ -1,0 +1,97 @@
+"""Shared plumbing of the ``queue_dlq``, ``queue_group`` and ``queue_topic`` commands.
+
+A command is a set of subcommands (``SUBCOMMANDS``: name -> (help, add_arguments,
+handler)); each handler calls :mod:`django_sqlqueue.ops` and prints a result. Adding a
+subcommand is one entry, its logic stays in the service layer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any, ClassVar
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.dateparse import parse_datetime
+
+from django_sqlqueue.exceptions import SQLQueueError
+
+Handler = Callable[["SubcommandCommand", dict[str, Any]], None]
+Subcommand = tuple[str, Callable[[CommandParser], None], Handler]
+
+
+def to_jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        out = asdict(value)
+        for name in ("lag", "redeliver", "skip", "total", "unconsumed"):
+            if hasattr(type(value), name) and isinstance(getattr(type(value), name), property):
+                out[name] = getattr(value, name)
+        return to_jsonable(out)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return value
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise CommandError(f"{value!r} is not an ISO 8601 date and time (e.g. 2026-01-31T12:00:00Z).")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+class SubcommandCommand(BaseCommand):
+    SUBCOMMANDS: ClassVar[dict[str, Subcommand]] = {}
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{" + ",".join(self.SUBCOMMANDS) + "}")
+        for name, (help_text, add, _) in self.SUBCOMMANDS.items():
+            p = sub.add_parser(name, help=help_text)
+            p.add_argument("--json", action="store_true", help="print JSON")
+            add(p)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _, _, handler = self.SUBCOMMANDS[options["subcommand"]]
+        try:
+            handler(self, options)
+        except SQLQueueError as exc:
+            raise CommandError(str(exc)) from exc
+
+    # -- helpers for handlers -------------------------------------------------------------
+
+    def emit(self, options: dict[str, Any], data: Any, text: str | list[str]) -> None:
+        if options.get("json"):
+            self.stdout.write(json.dumps(to_jsonable(data), indent=2, default=str))
+        else:
+            for line in [text] if isinstance(text, str) else text:
+                self.stdout.write(line)
+
+    def table(self, head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+        cells = [tuple(str(c) for c in head)] + [tuple("-" if c is None else str(c) for c in r) for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+        return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+    def confirm(self, options: dict[str, Any], question: str) -> None:
+        """Ask before a destructive action unless --yes/--noinput; refuse without a terminal."""
+        if options.get("yes") or not options.get("interactive", True):
+            return
+        if not sys.stdin.isatty():
+            raise CommandError(f"{question} -- refusing without confirmation: pass --yes (or --noinput).")
+        answer = input(f"{question} [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            raise CommandError("aborted, nothing was changed.")
+
+
+def destructive(parser: CommandParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="only count what would change")
+    parser.add_argument(
+        "--yes", "--noinput", "--no-input", dest="yes", action="store_true", help="do not ask for confirmation"
+    )

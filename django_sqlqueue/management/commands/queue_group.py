@@ -1,0 +1,145 @@
+"""``manage.py queue_group list|pause|resume|drop|seek``: consumer groups (``ops.groups``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.core.management.base import CommandError, CommandParser
+
+from django_sqlqueue import ops
+
+from ._console import Subcommand, SubcommandCommand, destructive, parse_time
+
+
+def add_list(p: CommandParser) -> None:
+    p.add_argument("--group")
+    p.add_argument("--topic")
+    p.add_argument("--partitions", action="store_true", help="one row per partition")
+
+
+def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
+    groups = ops.list_groups(o.get("group"), o.get("topic"))
+    if o["partitions"]:
+        data = {f"{g.group}:{g.topic}": ops.group_offsets(g.group, g.topic) for g in groups}
+        rows = [
+            (key, r.partition, r.head, r.watermark, r.lag, r.in_flight, r.retrying, r.leased_by)
+            for key, parts in data.items()
+            for r in parts
+        ]
+        cmd.emit(
+            o,
+            data,
+            cmd.table(
+                ("group:topic", "partition", "head", "watermark", "lag", "in flight", "retrying", "leased by"), rows
+            ),
+        )
+        return
+    summary = [
+        (g.group, g.topic, g.partitions, g.lag, g.live_subscribers, "paused" if g.paused else "") for g in groups
+    ]
+    cmd.emit(
+        o,
+        groups,
+        cmd.table(("group", "topic", "partitions", "lag", "live subscribers", "state"), summary)
+        if groups
+        else "no consumer groups",
+    )
+
+
+def add_pair(p: CommandParser) -> None:
+    p.add_argument("group")
+    p.add_argument("topic")
+
+
+def add_pause(p: CommandParser) -> None:
+    add_pair(p)
+    p.add_argument("--reason", default="")
+
+
+def do_pause(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
+    changed = ops.pause(o["group"], o["topic"], by="cli", reason=o["reason"])
+    cmd.emit(o, {"paused": changed}, f"paused {o['group']} on {o['topic']}" if changed else "already paused")
+
+
+def do_resume(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
+    changed = ops.resume(o["group"], o["topic"])
+    cmd.emit(o, {"resumed": changed}, f"resumed {o['group']} on {o['topic']}" if changed else "was not paused")
+
+
+def add_drop(p: CommandParser) -> None:
+    p.add_argument("group")
+    p.add_argument("--topic", help="only the group's consumption of this topic")
+    p.add_argument("--force", action="store_true", help="even with live subscribers")
+    destructive(p)
+
+
+def do_drop(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
+    preview = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"], dry_run=True)
+    lines = [f"{table}: {n}" for table, n in preview.rows.items()]
+    if o["dry_run"]:
+        cmd.emit(o, preview, [f"would delete {preview.total} row(s) of group {o['group']}:", *lines])
+        return
+    cmd.confirm(
+        o, f"Drop group {o['group']}" + (f" on {o['topic']}" if o.get("topic") else "") + f" ({preview.total} rows)?"
+    )
+    done = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"])
+    cmd.emit(
+        o, done, [f"dropped {done.total} row(s) of group {o['group']}:", *[f"{t}: {n}" for t, n in done.rows.items()]]
+    )
+
+
+def add_seek(p: CommandParser) -> None:
+    add_pair(p)
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-offset", type=int, help="new watermark: the next delivered offset is N + 1")
+    to.add_argument("--to-time", help="deliver from the first message published at or after this ISO 8601 time")
+    to.add_argument("--to-earliest", action="store_true", help="everything still in the log again")
+    to.add_argument("--to-latest", action="store_true", help="skip everything up to the head")
+    p.add_argument("--partitions", help="comma-separated partitions (default: all)")
+    destructive(p)
+
+
+def do_seek(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
+    kwargs: dict[str, Any] = {"partitions": ops.parse_partitions(o.get("partitions"))}
+    if o.get("to_offset") is not None:
+        kwargs["offset"] = o["to_offset"]
+    elif o.get("to_time"):
+        kwargs["time"] = parse_time(o["to_time"])
+    elif o.get("to_earliest"):
+        kwargs["position"] = "earliest"
+    elif o.get("to_latest"):
+        kwargs["position"] = "latest"
+    else:  # pragma: no cover - argparse requires one
+        raise CommandError("pass one of --to-offset/--to-time/--to-earliest/--to-latest.")
+    plan = ops.plan_seek(o["group"], o["topic"], **kwargs)
+    rows = cmd.table(
+        ("partition", "head", "watermark", "new watermark", "redelivered", "skipped"),
+        [(r.partition, r.head, r.watermark, r.target, r.redeliver, r.skip) for r in plan.partitions],
+    )
+    if o["dry_run"]:
+        cmd.emit(o, plan, [*rows, "(dry run) " + plan.describe()])
+        return
+    cmd.confirm(o, plan.describe().capitalize() + ". Apply?")
+    done = ops.seek(o["group"], o["topic"], **kwargs)
+    cmd.emit(
+        o,
+        done,
+        [
+            *cmd.table(
+                ("partition", "old watermark", "new watermark", "redelivered", "skipped"),
+                [(r.partition, r.watermark, r.target, r.redeliver, r.skip) for r in done.partitions],
+            ),
+            done.describe(),
+        ],
+    )
+
+
+class Command(SubcommandCommand):
+    help = "Consumer groups: list, pause/resume a topic, drop a retired group, seek (rewind/fast-forward)."
+    SUBCOMMANDS: ClassVar[dict[str, Subcommand]] = {
+        "list": ("list groups with lag (--partitions: per partition)", add_list, do_list),
+        "pause": ("pause a group's consumption of a topic", add_pause, do_pause),
+        "resume": ("resume a paused group's consumption of a topic", add_pair, do_resume),
+        "drop": ("forget a retired group so garbage collection can proceed", add_drop, do_drop),
+        "seek": ("move a group's watermarks on a topic to an offset, a time, earliest or latest", add_seek, do_seek),
+    }

@@ -1,0 +1,90 @@
+"""The operator's services: what the admin console, the ``queue_*`` commands and Python share.
+
+Framework-free of the admin and of management commands: every function takes plain
+values, validates them (:class:`OperationError` naming the problem, nothing written) and
+runs on the queue database (``SQLQUEUE["DATABASE"]`` or ``using=``)::
+
+    from django_sqlqueue import ops
+
+    ops.overview().problems
+    ops.plan_seek("billing", "orders", position="earliest").redeliver
+    ops.seek("billing", "orders", time=yesterday)
+    ops.pause("billing", "orders", by="alice", reason="bad deploy")
+    ops.drop_group("old-reporting")
+    ops.replay_matching(ops.DeadLetterFilter(topic="orders", group="billing"), actor="alice")
+"""
+
+from __future__ import annotations
+
+from ._db import NotFound, OperationError
+from .deadletters import (
+    BulkResult,
+    DeadLetter,
+    DeadLetterFilter,
+    count_dead_letters,
+    get_dead_letter,
+    list_dead_letters,
+    purge,
+    purge_matching,
+    replay,
+    replay_matching,
+)
+from .groups import (
+    GroupDrop,
+    SeekPlan,
+    drop_group,
+    group_offsets,
+    list_groups,
+    parse_partitions,
+    pause,
+    paused_topics,
+    plan_seek,
+    resume,
+    seek,
+)
+from .leases import list_deliveries, list_leases, list_subscribers, release_lease
+from .messages import MessageFilter, browse, get_message
+from .overview import Overview, overview
+from .topics import Repartition, TopicInfo, TopicPurge, list_topics, log_topics, purge_topic, repartition_topic
+
+__all__ = [
+    "BulkResult",
+    "DeadLetter",
+    "DeadLetterFilter",
+    "GroupDrop",
+    "MessageFilter",
+    "NotFound",
+    "OperationError",
+    "Overview",
+    "Repartition",
+    "SeekPlan",
+    "TopicInfo",
+    "TopicPurge",
+    "browse",
+    "count_dead_letters",
+    "drop_group",
+    "get_dead_letter",
+    "get_message",
+    "group_offsets",
+    "list_dead_letters",
+    "list_deliveries",
+    "list_groups",
+    "list_leases",
+    "list_subscribers",
+    "list_topics",
+    "log_topics",
+    "overview",
+    "parse_partitions",
+    "pause",
+    "paused_topics",
+    "plan_seek",
+    "purge",
+    "purge_matching",
+    "purge_topic",
+    "release_lease",
+    "repartition_topic",
+    "replay",
+    "replay_matching",
+    "resume",
+    "seek",
+]
