@@ -1,0 +1,42 @@
+"""A ``django.tasks`` backend on the queue: tasks are messages of a tasks topic.
+
+::
+
+    TASKS = {
+        "default": {
+            "BACKEND": "django_sqlqueue.tasks.SQLQueueBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"MAX_ATTEMPTS": 3},
+        }
+    }
+
+``enqueue()`` publishes the task in the caller's transaction; ``manage.py runconsumer``
+runs it. See docs/tasks.md. Names are imported lazily so that importing this package
+does not need ``django.tasks`` until the backend is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import SQLQueueBackend  # noqa: F401
+    from .keys import enqueue_in_order, ordering_key  # noqa: F401
+
+_EXPORTS = {
+    "SQLQueueBackend": "backend",
+    "ordering_key": "keys",
+    "enqueue_in_order": "keys",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_sqlqueue.tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

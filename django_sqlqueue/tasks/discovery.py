@@ -1,0 +1,55 @@
+"""What ``runconsumer`` runs for the ``django.tasks`` backend: one consumer per task queue.
+
+This module imports ``django.tasks`` (or the backport) only when ``settings.TASKS`` names
+the backend, so projects without tasks need neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+
+from ..consumers import ConsumerSpec
+
+BACKEND_PATH = "django_sqlqueue.tasks.SQLQueueBackend"
+
+
+def configured_aliases() -> list[str]:
+    """Aliases of ``settings.TASKS`` whose backend is :class:`~django_sqlqueue.tasks.SQLQueueBackend`."""
+    tasks: Any = getattr(settings, "TASKS", None) or {}
+    return [
+        alias for alias, params in tasks.items() if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH
+    ]
+
+
+def task_consumer_specs() -> list[ConsumerSpec]:
+    """A ConsumerSpec per queue of every configured backend; imports the apps' ``tasks`` modules
+    (where ``@task`` functions and ``@recurring`` schedules are declared)."""
+    aliases = configured_aliases()
+    if not aliases:
+        return []
+    autodiscover_modules("tasks")
+    from ..conf import get_settings
+    from .compat import task_backends
+    from .execution import handler_for
+
+    specs = []
+    for alias in aliases:
+        backend: Any = task_backends[alias]
+        opts = backend.sqlqueue
+        max_attempts = opts.max_attempts or get_settings().MAX_ATTEMPTS
+        handler = handler_for(alias, max_attempts)
+        for topic in backend.topics().values():
+            specs.append(
+                ConsumerSpec(
+                    topic=topic,
+                    group=opts.group,
+                    handler=handler,
+                    batch_size=opts.batch_size,
+                    visibility_timeout=opts.visibility_timeout,
+                    max_attempts=max_attempts,
+                )
+            )
+    return specs

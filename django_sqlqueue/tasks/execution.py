@@ -1,0 +1,101 @@
+"""Running a task message on a ``runconsumer`` worker.
+
+The handler of a task topic: resolve the task, record the attempt (RUNNING), send
+``task_started``, call the task (``async def`` tasks too), record the outcome and send
+``task_finished`` once the outcome is final. The queue does the rest with the usual
+consumer semantics:
+
+- returning acks the message;
+- raising nacks it: the task runs again after the backoff (``SQLQUEUE["BACKOFF_MIN"]``,
+  ``BACKOFF_MAX``), until ``MAX_ATTEMPTS``; its result says READY with the error in
+  ``errors`` meanwhile, then FAILED and the message goes to the dead-letter topic;
+- ``django_sqlqueue.Retry(delay=...)`` retries after that delay, ``Reject`` fails at once;
+- a worker killed mid-task leaves the message delivered but not acked: another worker
+  runs it again once the visibility timeout has passed (the result shows the attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from ..exceptions import Reject
+from . import results
+from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
+
+if TYPE_CHECKING:
+    from ..consumers import ReceivedMessage
+    from .backend import SQLQueueBackend
+
+logger = logging.getLogger(__name__)
+
+#: Recorded in ``worker_ids``: the worker process (as runconsumer's default subscriber name).
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class TaskHandler:
+    """The consumer handler of one task topic of one backend alias."""
+
+    def __init__(self, alias: str, max_attempts: int) -> None:
+        self.alias = alias
+        self.max_attempts = max_attempts
+        self.__name__ = f"run_tasks[{alias}]"
+        self.__qualname__ = self.__name__
+
+    def backend(self) -> SQLQueueBackend:
+        from .compat import task_backends
+
+        return task_backends[self.alias]  # type: ignore[return-value]
+
+    def __call__(self, message: ReceivedMessage) -> None:
+        backend = self.backend()
+        payload = message.payload
+        try:
+            task = results.resolve_task(payload["task"], payload.get("queue_name"))
+        except Exception as exc:
+            raise Reject(f"cannot load task {payload.get('task')!r}: {type(exc).__name__}: {exc}") from exc
+        # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
+        result_id = payload.get("result_id") or message.id
+        record = results.begin(
+            backend=backend,
+            result_id=result_id,
+            payload=payload,
+            topic=message.topic,
+            key=message.key,
+            enqueued_at=message.created_at,
+            worker_id=WORKER_ID,
+            first_attempt=message.attempt == 1 and result_id == message.id,
+        )
+        if record is None:
+            logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
+            return
+        task_result = results.to_result(record, task)
+        task_started.send(type(backend), task_result=task_result)
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=task_result), *record.args, **record.kwargs)
+            else:
+                value = task.call(*record.args, **record.kwargs)
+            value = normalize_json(value)
+            json.dumps(value)  # a return value the result row cannot store fails the attempt
+        except Exception as exc:
+            final = isinstance(exc, Reject) or message.attempt >= self.max_attempts
+            results.finish(record, error=exc, final=final)
+            if final:
+                task_finished.send(type(backend), task_result=results.to_result(record, task))
+            raise
+        results.finish(record, value=value, final=True)
+        done = results.to_result(record, task)
+        assert done.status == TaskResultStatus.SUCCESSFUL
+        task_finished.send(type(backend), task_result=done)
+
+
+_handlers: dict[str, TaskHandler] = {}
+
+
+def handler_for(alias: str, max_attempts: int) -> TaskHandler:
+    """One handler per alias (the consumer registry refuses two handlers for one topic)."""
+    return _handlers.setdefault(alias, TaskHandler(alias, max_attempts))

@@ -1,0 +1,242 @@
+"""Task results: written by the worker that runs a task, read by ``get_result()``.
+
+A task's state lives in two places, and :func:`load_result` reads them in order:
+
+1. its row in ``queue_task_results`` once a worker started it (status RUNNING, READY
+   again while it waits for a retry, SUCCESSFUL or FAILED; attempts, errors with
+   tracebacks and the return value);
+2. before that, its message in the queue's topic (status READY, ``enqueued_at`` =
+   the message's ``created_at``);
+3. a task whose message went to the dead-letter topic without its row saying so (its
+   worker died on every attempt: the visibility timeout expired ``MAX_ATTEMPTS`` times)
+   is FAILED, with the dead letter's error.
+
+Rows are written outside the task's own transaction: a row update is one short
+transaction on the queue's database (``SQLQUEUE["DATABASE"]``) that locks only that row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..conf import get_settings
+from ..models import Message
+from ..task_models import TaskResultRecord
+from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
+
+if TYPE_CHECKING:
+    from .backend import SQLQueueBackend
+
+FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def resolve_task(path: str, queue_name: str | None = None) -> Task:
+    """The ``Task`` object at ``path`` (a module-level ``@task``), with its queue."""
+    obj = import_string(path)
+    if not isinstance(obj, Task):
+        raise TypeError(f"{path} is a {type(obj).__name__}, not a django.tasks Task")
+    if queue_name and obj.queue_name != queue_name:
+        obj = obj.using(queue_name=queue_name)
+    return obj
+
+
+def _errors(raw: list[dict[str, str]]) -> list[TaskError]:
+    return [TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"]) for e in raw]
+
+
+def to_result(record: TaskResultRecord, task: Task) -> TaskResult:
+    result: TaskResult = TaskResult(
+        task=task,
+        id=record.id,
+        status=TaskResultStatus(record.status),
+        enqueued_at=record.enqueued_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        last_attempted_at=record.last_attempted_at,
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=record.backend,
+        errors=_errors(record.errors),
+        worker_ids=list(record.worker_ids),
+    )
+    if record.status == TaskResultStatus.SUCCESSFUL:
+        set_field(result, "_return_value", record.return_value)
+    return result
+
+
+def load_result(backend: SQLQueueBackend, result_id: str) -> TaskResult:
+    using = get_settings().DATABASE
+    topics = backend.topics()
+    record = TaskResultRecord.objects.using(using).filter(id=result_id, backend=backend.alias).first()
+    if record is not None:
+        task = resolve_task(record.task_path, record.queue_name)
+        result = to_result(record, task)
+        if record.status not in FINISHED:
+            dead = _dead_letter(backend, result_id, [record.queue_name])
+            if dead is not None:
+                _mark_dead(result, dead)
+        return result
+    message = (
+        Message.objects.using(using)
+        .filter(topic__in=list(topics.values()), id=result_id)
+        .only("payload", "created_at", "topic")
+        .first()
+    )
+    if message is not None:
+        return _from_message(backend, result_id, message.payload, message.created_at)
+    dead = _dead_letter(backend, result_id, list(topics))
+    if dead is not None:
+        original = dead.payload
+        result = _from_message(backend, result_id, original, dead.created_at)
+        _mark_dead(result, dead)
+        return result
+    raise TaskResultDoesNotExist(result_id)
+
+
+def _from_message(
+    backend: SQLQueueBackend, result_id: str, payload: dict[str, Any], created: dt.datetime
+) -> TaskResult:
+    task = resolve_task(payload["task"], payload.get("queue_name"))
+    return TaskResult(
+        task=task,
+        id=result_id,
+        status=TaskResultStatus.READY,
+        enqueued_at=created,
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=payload.get("args", []),
+        kwargs=payload.get("kwargs", {}),
+        backend=backend.alias,
+        errors=[],
+        worker_ids=[],
+    )
+
+
+def _dead_letter(backend: SQLQueueBackend, result_id: str, queue_names: list[str]) -> Message | None:
+    suffix = get_settings().DLQ_SUFFIX
+    dlq_topics = [f"{backend.topic_for(q)}{suffix}" for q in queue_names]
+    return (
+        Message.objects.using(get_settings().DATABASE)
+        .filter(topic__in=dlq_topics, id=f"{backend.sqlqueue.group}:{result_id}")
+        .first()
+    )
+
+
+def _mark_dead(result: TaskResult, dead: Message) -> None:
+    set_field(result, "status", TaskResultStatus.FAILED)
+    set_field(result, "finished_at", dead.failed_at)
+    if not result.errors:
+        first = (dead.last_error or "").split(":", 1)[0]
+        result.errors.append(TaskError(exception_class_path=first or "builtins.Exception", traceback=dead.last_error))
+
+
+# -- written by the worker ---------------------------------------------------------------------
+
+
+def begin(
+    *,
+    backend: SQLQueueBackend,
+    result_id: str,
+    payload: dict[str, Any],
+    topic: str,
+    key: str,
+    enqueued_at: dt.datetime,
+    worker_id: str,
+    first_attempt: bool = False,
+) -> TaskResultRecord | None:
+    """Record an attempt starting (RUNNING, one more worker id); None if already finished.
+
+    A finished task delivered again (its worker died between writing the result and
+    acking the message) is not run again.
+    """
+    using = get_settings().DATABASE
+    now = timezone.now()
+    if first_attempt:
+        # The common case, one INSERT: no row can exist yet unless an earlier delivery
+        # got as far as writing it (then the INSERT fails and the locked path below runs).
+        record = TaskResultRecord(
+            id=result_id,
+            backend=backend.alias,
+            queue_name=payload.get("queue_name", ""),
+            topic=topic,
+            key=key,
+            task_path=payload["task"],
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            enqueued_at=enqueued_at,
+            started_at=now,
+            last_attempted_at=now,
+            status=TaskResultStatus.RUNNING,
+            errors=[],
+            worker_ids=[worker_id],
+        )
+        try:
+            with transaction.atomic(using=using):
+                record.save(using=using, force_insert=True)
+            return record
+        except IntegrityError:
+            pass
+    with transaction.atomic(using=using):
+        found = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
+        if found is None:
+            return begin(
+                backend=backend,
+                result_id=result_id,
+                payload=payload,
+                topic=topic,
+                key=key,
+                enqueued_at=enqueued_at,
+                worker_id=worker_id,
+                first_attempt=True,
+            )
+        if found.status in FINISHED:
+            return None
+        found.status = TaskResultStatus.RUNNING
+        found.last_attempted_at = now
+        found.worker_ids = [*found.worker_ids, worker_id]
+        found.save(using=using, update_fields=["status", "last_attempted_at", "worker_ids", "updated_at"])
+    return found
+
+
+def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException | None = None, final: bool) -> None:
+    """Record the attempt's outcome: SUCCESSFUL with ``value``, or an error (FAILED if
+    ``final``, else READY: it waits for its retry)."""
+    using = get_settings().DATABASE
+    now = timezone.now()
+    update: dict[str, Any] = {"updated_at": now}
+    if error is None:
+        update |= {"status": TaskResultStatus.SUCCESSFUL, "return_value": value, "finished_at": now}
+        record.status, record.return_value, record.finished_at = update["status"], value, now
+    else:
+        entry = {
+            "exception_class_path": f"{type(error).__module__}.{type(error).__qualname__}",
+            "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        }
+        record.errors = [*record.errors, entry]
+        record.status = TaskResultStatus.FAILED if final else TaskResultStatus.READY
+        record.finished_at = now if final else None
+        update |= {"status": record.status, "errors": record.errors, "finished_at": record.finished_at}
+    TaskResultRecord.objects.using(using).filter(id=record.id).update(**update)
+
+
+def prune(*, older_than: float, backend: str | None = None, dry_run: bool = False) -> int:
+    """Delete finished results (SUCCESSFUL/FAILED) that finished more than ``older_than`` seconds ago."""
+    using = get_settings().DATABASE
+    cutoff = timezone.now() - dt.timedelta(seconds=older_than)
+    qs = TaskResultRecord.objects.using(using).filter(
+        Q(status__in=[s.value for s in FINISHED]) & Q(finished_at__lt=cutoff)
+    )
+    if backend is not None:
+        qs = qs.filter(backend=backend)
+    if dry_run:
+        return qs.count()
+    deleted, _ = qs.delete()
+    return deleted
