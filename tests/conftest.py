@@ -59,3 +59,29 @@ def spawn() -> Iterator[Callable[..., Worker]]:
     yield start
     for worker in started:
         worker.join(30)
+
+
+@pytest.fixture
+def runconsumer(transactional_db: None) -> Iterator[Callable[..., Any]]:
+    """Start real ``runconsumer`` processes (tests/processes.py); any still running is killed at teardown.
+
+    A process that exited on its own with an unexpected status fails the test, with its log.
+    """
+    import signal
+
+    from tests.processes import ConsumerProcess
+
+    started: list[ConsumerProcess] = []
+
+    def start(name: str, *args: str, **kwargs: Any) -> ConsumerProcess:
+        process = ConsumerProcess(name, *args, **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    failed = []
+    for process in started:
+        if not process.alive() and process.proc.returncode not in (0, -signal.SIGKILL, 143):
+            failed.append(f"{process.name} exited {process.proc.returncode}:\n{process.log()[-3000:]}")
+        process.cleanup()
+    assert not failed, "\n".join(failed)

@@ -7,6 +7,8 @@ database clock (``QueueStore.now()``), never from Python's.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import threading
 import time
@@ -17,10 +19,14 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from django_sqlqueue.conf import QueueSettings
+from django_sqlqueue import publish_many
+from django_sqlqueue.conf import DEFAULT_PARTITIONS, QueueSettings
 from django_sqlqueue.consumers import ConsumerSpec
 from django_sqlqueue.dialects import get_dialect
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, Partition
+from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.publisher import PublishedMessage
+from django_sqlqueue.sequencer import sequence as run_sequencer
 from django_sqlqueue.store import FetchPlan, QueueStore
 from django_sqlqueue.worker import Worker
 
@@ -74,6 +80,17 @@ def requires_vendor(*vendors: str) -> pytest.MarkDecorator:
         connection.vendor not in vendors,
         reason=f"needs {' or '.join(vendors)}, not {connection.vendor}",
     )
+
+
+def not_on_sqlite(reason: str) -> pytest.MarkDecorator:
+    """Skip a test on SQLite, saying why its claim cannot apply there.
+
+    SQLite has one writer at a time (the database write lock, taken at BEGIN with
+    ``transaction_mode`` IMMEDIATE): a claim about concurrent writers -- one partition's
+    publishers queue while others' proceed, an uncoordinated insert is overtaken -- has
+    nothing to prove on it.
+    """
+    return pytest.mark.skipif(connection.vendor == "sqlite", reason=f"not applicable to SQLite: {reason}")
 
 
 def by_vendor(**values: Any) -> Any:
@@ -212,35 +229,108 @@ def running(
         )
 
 
+# -- partitions and keys ---------------------------------------------------------------
+
+
+@functools.cache
+def key_for_partition(partition: int, partitions: int = DEFAULT_PARTITIONS, prefix: str = "k") -> str:
+    """The first key ``<prefix><n>`` that hashes to ``partition`` of a topic of ``partitions``."""
+    assert 0 <= partition < partitions
+    for n in itertools.count():
+        key = f"{prefix}{n}"
+        if partition_for(key, partitions) == partition:
+            return key
+    raise AssertionError("unreachable")
+
+
+def publish_to(
+    topic: str,
+    partition: int,
+    n: int = 1,
+    *,
+    partitions: int = DEFAULT_PARTITIONS,
+    payload: Callable[[int], Any] | None = None,
+    seq: bool = True,
+    **extra: Any,
+) -> list[PublishedMessage]:
+    """Publish ``n`` messages to ``partition`` (through a key hashing to it); sequence them.
+
+    ``payload(i)`` makes the i-th payload (1-based; default ``{"p": partition, "i": i}``);
+    ``extra`` goes into every item (``id`` must then be a callable of i). With ``seq`` the
+    topic is sequenced afterwards, so the messages have their offsets.
+    """
+    key = key_for_partition(partition, partitions)
+    items = []
+    for i in range(1, n + 1):
+        item: dict[str, Any] = {"payload": payload(i) if payload else {"p": partition, "i": i}, "key": key}
+        for name, value in extra.items():
+            item[name] = value(i) if callable(value) else value
+        items.append(item)
+    published = publish_many(topic, items)
+    assert {m.partition for m in published} == {partition}
+    if seq:
+        sequence(topic)
+    return published
+
+
+def sequence(topic: str) -> dict[int, int]:
+    """Number the topic's committed messages (what a worker's poll does)."""
+    return run_sequencer(topic)
+
+
+def offset_of(topic: str, message_id: str) -> int | None:
+    """The offset the sequencer gave the message ``message_id`` (None: not sequenced yet)."""
+    return Message.objects.get(topic=topic, id=message_id).offset
+
+
+def leased(group: str, topic: str, partition: int, name: str = "w1", duration: float = 30) -> None:
+    """Make ``name`` hold the lease of ``partition`` (takes a missing or expired one)."""
+    assert store().acquire_leases(group, topic, [partition], name, duration) == [partition]
+
+
 # -- reading the tables ------------------------------------------------------------------
 
 
-def watermark(group: str, topic: str, key: str = "") -> int | None:
-    row = ConsumerOffset.objects.filter(consumer_group=group, topic=topic, partition_key=key).first()
+def watermark(group: str, topic: str, partition: int = 0) -> int | None:
+    row = ConsumerOffset.objects.filter(consumer_group=group, topic=topic, partition=partition).first()
     return None if row is None else row.offset_acked
 
 
-def head(topic: str, key: str = "") -> int:
-    return Partition.objects.get(topic=topic, partition_key=key).head_offset
+def head(topic: str, partition: int = 0) -> int:
+    return Partition.objects.get(topic=topic, partition=partition).head_offset
 
 
-def caught_up(group: str, topic: str, keys: list[str]) -> bool:
-    return all(watermark(group, topic, key) == head(topic, key) for key in keys)
+def heads(topic: str) -> dict[int, int]:
+    """Head offsets of the topic's partitions that have messages."""
+    rows = Partition.objects.filter(topic=topic, head_offset__gt=0).values_list("partition", "head_offset")
+    return dict(rows)
 
 
-def delivery_rows(group: str, topic: str, key: str | None = None) -> list[DeliveryState]:
+def caught_up(group: str, topic: str, partitions: list[int] | None = None) -> bool:
+    """Every message of ``topic`` is sequenced and ``group``'s watermarks are at the heads
+    (of ``partitions``, or of every partition that has messages)."""
+    if Message.objects.filter(topic=topic, offset__isnull=True).exists():
+        return False
+    current = heads(topic)
+    if partitions is None:
+        partitions = list(current)
+    return all(watermark(group, topic, p) == current.get(p) for p in partitions)
+
+
+def delivery_rows(group: str, topic: str, partition: int | None = None) -> list[DeliveryState]:
     rows = DeliveryState.objects.filter(consumer_group=group, topic=topic)
-    if key is not None:
-        rows = rows.filter(partition_key=key)
-    return list(rows.order_by("partition_key", "message_offset"))
+    if partition is not None:
+        rows = rows.filter(partition=partition)
+    return list(rows.order_by("partition", "message_offset"))
 
 
-def row(group: str, topic: str, key: str, offset: int) -> DeliveryState:
-    return DeliveryState.objects.get(consumer_group=group, topic=topic, partition_key=key, message_offset=offset)
+def row(group: str, topic: str, partition: int, offset: int) -> DeliveryState:
+    return DeliveryState.objects.get(consumer_group=group, topic=topic, partition=partition, message_offset=offset)
 
 
 def dead_letters(topic: str) -> list[Message]:
-    return list(Message.objects.filter(topic=topic).order_by("partition_key", "offset"))
+    """Messages of a dead-letter topic in the order they were written (not sequenced yet)."""
+    return list(Message.objects.filter(topic=topic).order_by("seq"))
 
 
 def execute(sql: str, params: list[Any] | tuple[Any, ...] = ()) -> int:
@@ -249,40 +339,44 @@ def execute(sql: str, params: list[Any] | tuple[Any, ...] = ()) -> int:
         return cursor.rowcount
 
 
+def qn(column: str) -> str:
+    """A column name quoted for this connection (``partition``, ``offset``, ``key`` are reserved)."""
+    return connection.ops.quote_name(column)
+
+
 def now_minus(seconds: float) -> tuple[str, list[Any]]:
     """SQL (and its parameter) for the database clock's now minus ``seconds``, in this
     connection's dialect (for ageing rows: data, not the clock)."""
     return get_dialect(connection).now_minus(seconds)
 
 
-def age_lease(group: str, topic: str, key: str, seconds: float) -> None:
+def age_lease(group: str, topic: str, partition: int, seconds: float) -> None:
     """Make a lease look last renewed ``seconds`` ago (data, not the clock)."""
     ago, ago_params = now_minus(seconds)
     assert (
         execute(
             f"UPDATE queue_partition_leases SET lease_renewed_at = {ago} "
-            "WHERE consumer_group = %s AND topic = %s AND partition_key = %s",
-            [*ago_params, group, topic, key],
+            f"WHERE consumer_group = %s AND topic = %s AND {qn('partition')} = %s",
+            [*ago_params, group, topic, partition],
         )
         == 1
     )
 
 
-def age_messages(topic: str, key: str, offsets: list[int], seconds: float) -> None:
+def age_messages(topic: str, partition: int, offsets: list[int], seconds: float) -> None:
     """Make messages look published ``seconds`` ago (for retention)."""
     ago, ago_params = now_minus(seconds)
-    offset = connection.ops.quote_name("offset")
     assert execute(
         f"UPDATE queue_messages SET published_at = {ago} "
-        f"WHERE topic = %s AND partition_key = %s AND {offset} IN ({', '.join(['%s'] * len(offsets))})",
-        [*ago_params, topic, key, *offsets],
+        f"WHERE topic = %s AND {qn('partition')} = %s AND {qn('offset')} IN ({', '.join(['%s'] * len(offsets))})",
+        [*ago_params, topic, partition, *offsets],
     ) == len(offsets)
 
 
-def fetch_fresh(group: str, topic: str, key: str, after: int = 0, limit: int = 100):
+def fetch_fresh(group: str, topic: str, partition: int, after: int = 0, limit: int = 100):
     """Fetch never-delivered messages of one partition above ``after``."""
-    return store().fetch(group, topic, [FetchPlan(key, after, False)], limit)
+    return store().fetch(group, topic, [FetchPlan(partition, after, False)], limit)
 
 
-def fetch_due(group: str, topic: str, key: str, limit: int = 100):
-    return store().fetch(group, topic, [FetchPlan(key, None, True)], limit)
+def fetch_due(group: str, topic: str, partition: int, limit: int = 100):
+    return store().fetch(group, topic, [FetchPlan(partition, None, True)], limit)

@@ -9,11 +9,14 @@ from django_sqlqueue import models
 
 
 class MessageFactory(factory.django.DjangoModelFactory):
+    """A sequenced message (offset set), as the sequencer would leave it."""
+
     class Meta:
         model = models.Message
 
     topic = "factory.topic"
-    partition_key = factory.Sequence(lambda n: f"key-{n % 4}")
+    partition = factory.Sequence(lambda n: n % 4)
+    key = factory.Sequence(lambda n: f"key-{n % 4}")
     offset = factory.Sequence(lambda n: n + 1)
     id = factory.Sequence(lambda n: f"msg-{n}")
     payload = factory.Sequence(lambda n: {"n": n})
@@ -23,13 +26,24 @@ class MessageFactory(factory.django.DjangoModelFactory):
     published_at = factory.LazyFunction(timezone.now)
 
 
+class TopicFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Topic
+
+    topic = factory.Sequence(lambda n: f"topic-{n}")
+    partitions = 8
+    created_at = factory.LazyFunction(timezone.now)
+    updated_at = factory.LazyFunction(timezone.now)
+
+
 class PartitionFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = models.Partition
 
     topic = "factory.topic"
-    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    partition = factory.Sequence(lambda n: n)
     head_offset = 0
+    created_at = factory.LazyFunction(timezone.now)
 
 
 class DeliveryStateFactory(factory.django.DjangoModelFactory):
@@ -38,7 +52,7 @@ class DeliveryStateFactory(factory.django.DjangoModelFactory):
 
     consumer_group = "billing"
     topic = "factory.topic"
-    partition_key = "key-0"
+    partition = 0
     message_offset = factory.Sequence(lambda n: n + 1)
     invisible_until = factory.LazyFunction(timezone.now)
 
@@ -49,7 +63,7 @@ class PartitionLeaseFactory(factory.django.DjangoModelFactory):
 
     consumer_group = "billing"
     topic = "factory.topic"
-    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    partition = factory.Sequence(lambda n: n)
     leased_by = "worker-1"
     leased_at = factory.LazyFunction(timezone.now)
     lease_renewed_at = factory.LazyFunction(timezone.now)
@@ -61,7 +75,7 @@ class ConsumerOffsetFactory(factory.django.DjangoModelFactory):
 
     consumer_group = "billing"
     topic = "factory.topic"
-    partition_key = factory.Sequence(lambda n: f"key-{n}")
+    partition = factory.Sequence(lambda n: n)
     offset_acked = 0
     updated_at = factory.LazyFunction(timezone.now)
 
@@ -74,3 +88,13 @@ class SubscriberHeartbeatFactory(factory.django.DjangoModelFactory):
     topic = "factory.topic"
     subscriber_name = factory.Sequence(lambda n: f"host:{1000 + n}")
     heartbeat_at = factory.LazyFunction(timezone.now)
+
+
+class PausedTopicFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.PausedTopic
+
+    consumer_group = "billing"
+    topic = "factory.topic"
+    paused_at = factory.LazyFunction(timezone.now)
+    paused_by = "cli"

@@ -1,6 +1,13 @@
-"""Settings of the runconsumer processes started by tests/test_processes.py: fast clocks."""
+"""Settings of the runconsumer processes started by tests/test_processes.py: fast clocks.
 
-from tests.settings import *  # noqa: F401,F403
+``SQLQUEUE_TEST_TOPICS`` (JSON, set by a test) gives topics their partition counts, the
+same as the test process publishes with.
+"""
+
+import json
+import os
+
+from tests.settings import *  # noqa: F403
 
 SQLQUEUE = {
     "POLL_INTERVAL": 0.02,
@@ -10,4 +17,8 @@ SQLQUEUE = {
     "BACKOFF_MIN": 0.1,
     "BACKOFF_MAX": 0.3,
     "GC_INTERVAL": 1,
+    "TOPICS": TEST_TOPICS,  # noqa: F405
 }
+
+if os.environ.get("SQLQUEUE_TEST_TOPICS"):
+    SQLQUEUE["TOPICS"] = {**TEST_TOPICS, **json.loads(os.environ["SQLQUEUE_TEST_TOPICS"])}  # noqa: F405

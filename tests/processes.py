@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def database_url() -> str:
     """The URL of the database the test is using (pytest-django's test database)."""
     s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"  # an absolute path: sqlite:////tmp/test_x.sqlite3
     scheme, port = {"mysql": ("mysql", 3306), "postgresql": ("postgres", 5432)}[connection.vendor]
     return f"{scheme}://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or port}/{s['NAME']}"
 
@@ -27,20 +29,35 @@ def database_url() -> str:
 class ConsumerProcess:
     """One ``runconsumer`` subprocess, named ``name`` (its subscriber and worker name)."""
 
-    def __init__(self, name: str, *args: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        *args: str,
+        settings: str = "tests.process_settings",
+        verbosity: str | None = "2",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``verbosity`` None: no ``-v`` on the command line; ``env`` adds to (or overrides) the environment."""
         self.name = name
-        self.logfile = tempfile.NamedTemporaryFile(prefix=f"runconsumer-{name}-", suffix=".log", delete=False)
-        env = {
+        # Stays open for the life of the process; cleanup() closes and removes it.
+        self.logfile = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix=f"runconsumer-{name}-", suffix=".log", delete=False
+        )
+        environment = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.process_settings",
+            "DJANGO_SETTINGS_MODULE": settings,
             "DATABASE_URL": database_url(),
             "SQLQUEUE_TEST_WORKER": name,
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
+        command = [sys.executable, "manage.py", "runconsumer", "--name", name]
+        if verbosity is not None:
+            command += ["-v", verbosity]
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runconsumer", "--name", name, "-v", "2", *args],
+            [*command, *args],
             cwd=ROOT,
-            env=env,
+            env=environment,
             stdout=self.logfile,
             stderr=subprocess.STDOUT,
         )

@@ -45,6 +45,16 @@ def test_override_is_picked_up_and_durations_are_floats():
         ({"DLQ_SUFFIX": "/dead"}, "sqlqueue.E005"),
         ({"DATABASE": "missing"}, "sqlqueue.E006"),
         ({"LEASE_DURATION": 10, "LEASE_RENEW_INTERVAL": 10}, "sqlqueue.E007"),
+        ({"PARTITIONS": 0}, "sqlqueue.E004"),
+        ({"PARTITIONS": 4097}, "sqlqueue.E004"),
+        ({"TOPICS": ["orders"]}, "sqlqueue.E009"),
+        ({"TOPICS": {"bad topic": {"partitions": 2}}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": 4}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": {"shards": 4}}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": {"partitions": 0}}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": {"partitions": True}}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": {"per_key": "yes"}}}, "sqlqueue.E009"),
+        ({"TOPICS": {"orders": {"per_key": True, "partitions": 4}}}, "sqlqueue.E009"),
     ],
 )
 def test_invalid_settings_are_reported_by_checks_and_refused(value, check_id):
@@ -54,6 +64,18 @@ def test_invalid_settings_are_reported_by_checks_and_refused(value, check_id):
             get_settings()
         with pytest.raises(SQLQueueError):
             publish("t", 1)  # refused before touching the database
+
+
+def test_partitions_per_topic():
+    topics = {"orders": {"partitions": 16}, "tenants": {"per_key": True}, "flat": {"per_key": False}}
+    with override_settings(SQLQUEUE={"PARTITIONS": 4, "TOPICS": topics}):
+        conf = get_settings()
+    assert conf.partitions_for("orders") == 16
+    assert conf.partitions_for("tenants") is None  # one partition per key
+    assert conf.partitions_for("flat") == 4
+    assert conf.partitions_for("other") == 4
+    assert conf.partitions_for("orders_dlq") == 4  # a DLQ topic not listed: the default
+    assert QueueSettings().partitions_for("other") == 8
 
 
 def test_unknown_key_message_names_the_key():

@@ -18,7 +18,7 @@ from django_sqlqueue.consumers import (
     registry,
 )
 
-from .engine_helpers import db_now, fetch_fresh, row, store
+from .engine_helpers import db_now, fetch_fresh, leased, row, sequence, store
 
 
 @pytest.fixture
@@ -173,7 +173,10 @@ def test_registry_select_by_group_and_topic():
     specs = [ConsumerSpec(t, g, handler_a) for g in ("billing", "analytics") for t in ("orders", "refunds")]
     for s in specs:
         reg.register(s)
-    names = lambda found: [s.name for s in found]
+
+    def names(found):
+        return [s.name for s in found]
+
     assert names(reg.all()) == [
         "analytics:orders",
         "analytics:refunds",
@@ -227,7 +230,8 @@ def test_spec_resolve_falls_back_to_sqlqueue_defaults():
 def test_extend_visibility_rejects_non_positive_seconds(seconds):
     message = ReceivedMessage(
         topic="t",
-        partition_key="",
+        key="",
+        partition=0,
         offset=1,
         id="x",
         payload=None,
@@ -243,22 +247,25 @@ def test_extend_visibility_rejects_non_positive_seconds(seconds):
 
 
 def test_extend_visibility_needs_a_delivered_message():
-    message = ReceivedMessage("t", "", 1, "x", None, {}, 1, None, None, "g")
+    message = ReceivedMessage("t", "", 0, 1, "x", None, {}, 1, None, None, "g")
     with pytest.raises(RuntimeError, match="not delivered by a worker"):
         message.extend_visibility(5)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_extend_visibility_moves_invisible_until_from_now():
-    publish("ext", {"x": 1}, partition_key="k")
+    published = publish("ext", {"x": 1}, key="k")
+    sequence("ext")
     s = store()
-    (fetched,) = fetch_fresh("g", "ext", "k")
-    s.mark_delivered("g", "ext", [fetched], [], [], 5)
-    message = ReceivedMessage("ext", "k", 1, fetched.id, fetched.payload, {}, 1, None, None, "g", _store=s)
+    p = published.partition
+    (fetched,) = fetch_fresh("g", "ext", p)
+    leased("g", "ext", p, "w1")
+    assert s.mark_delivered("g", "ext", "w1", [fetched], [], [], 5) == {p}
+    message = ReceivedMessage("ext", "k", p, 1, fetched.id, fetched.payload, {}, 1, None, None, "g", _store=s)
     before = db_now()
     message.extend_visibility(120)
     after = db_now()
-    r = row("g", "ext", "k", 1)
+    r = row("g", "ext", p, 1)
     assert before + dt.timedelta(seconds=120) <= r.invisible_until <= after + dt.timedelta(seconds=120)
     assert r.retry_count == 0 and not r.acked
 

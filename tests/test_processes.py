@@ -8,6 +8,7 @@ SIGTERMed, SIGSTOPped and ``kill -9``ed for real.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter, defaultdict
@@ -20,6 +21,7 @@ from django_sqlqueue import publish, publish_many
 from django_sqlqueue.models import ConsumerOffset, Message, Partition, PartitionLease, SubscriberHeartbeat
 from django_sqlqueue.status import queue_status
 from tests.consumerapp.models import Handled
+from tests.engine_helpers import key_for_partition
 from tests.processes import ConsumerProcess, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -27,6 +29,18 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 TOPIC = "proc.events"
 LEASE_DURATION = 3
 VISIBILITY_TIMEOUT = 4
+
+
+@pytest.fixture
+def partitions(settings, monkeypatch):
+    """Give TOPIC ``n`` partitions in this process (publishers) and in the workers started after."""
+
+    def use(n: int) -> None:
+        topics = {TOPIC: {"partitions": n}}
+        settings.SQLQUEUE = {**settings.SQLQUEUE, "TOPICS": topics}
+        monkeypatch.setenv("SQLQUEUE_TEST_TOPICS", json.dumps(topics))
+
+    return use
 
 
 @pytest.fixture
@@ -58,22 +72,34 @@ def leases(group: str, topic: str = TOPIC) -> dict[str, int]:
 
 
 def lag(group: str, topic: str = TOPIC) -> int:
-    heads = dict(Partition.objects.filter(topic=topic).values_list("partition_key", "head_offset"))
+    """Messages of ``topic`` not acked by ``group``, counting those not sequenced yet."""
+    heads = dict(Partition.objects.filter(topic=topic).values_list("partition", "head_offset"))
     marks = dict(
-        ConsumerOffset.objects.filter(consumer_group=group, topic=topic).values_list("partition_key", "offset_acked")
+        ConsumerOffset.objects.filter(consumer_group=group, topic=topic).values_list("partition", "offset_acked")
     )
-    return sum(head - marks.get(key, 0) for key, head in heads.items())
+    unsequenced = Message.objects.filter(topic=topic, offset__isnull=True).count()
+    return sum(head - marks.get(p, 0) for p, head in heads.items()) + unsequenced
+
+
+def offset_of(message_id: str, topic: str = TOPIC) -> int | None:
+    return Message.objects.get(topic=topic, id=message_id).offset
 
 
 def publish_partitions(n: int, topic: str = TOPIC, per_partition: int = 1, **payload) -> None:
+    """One message (or ``per_partition``) in each of the ``n`` partitions of the topic."""
     publish_many(
         topic,
-        [{"payload": payload, "partition_key": f"p{k:02d}"} for _ in range(per_partition) for k in range(n)],
+        [{"payload": payload, "key": key_for_partition(p, n)} for _ in range(per_partition) for p in range(n)],
     )
 
 
-def test_fair_share_rebalance_and_graceful_shutdown(workers):
+#: A key of partition 0 of a topic with the default 8 partitions.
+K = key_for_partition(0)
+
+
+def test_fair_share_rebalance_and_graceful_shutdown(workers, partitions):
     """3 workers, 12 partitions: 4 each; stop one gracefully: its leases are free at once, then 6 each."""
+    partitions(12)
     publish_partitions(12)
     procs = [workers(f"w{i}", "--group", "g1", "--topic", TOPIC) for i in range(3)]
     wait_until(lambda: leases("g1") == {"w0": 4, "w1": 4, "w2": 4}, 20, "4 partitions each")
@@ -90,20 +116,21 @@ def test_fair_share_rebalance_and_graceful_shutdown(workers):
     assert "released all leases" in procs[2].log()
 
 
-def test_kill9_failover_redelivers_in_flight_message_after_visibility_timeout(workers):
+def test_kill9_failover_redelivers_in_flight_message_after_visibility_timeout(workers, partitions):
     """kill -9 mid-handler: partitions are stolen after the lease expires, and the
     in-flight message is redelivered to the other worker after its visibility timeout."""
+    partitions(4)
     publish_partitions(4)
     a = workers("a", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: leases("g1") == {"a": 4}, 15, "a holds every partition")
     wait_until(lambda: lag("g1") == 0, 10, "first messages consumed")
     b = workers("b", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: leases("g1") == {"a": 2, "b": 2}, 15, "2 partitions each")
-    a_keys = sorted(
-        PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition_key", flat=True)
+    a_parts = sorted(
+        PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition", flat=True)
     )
 
-    victim = publish(TOPIC, {"sleep_first": 60}, partition_key=a_keys[0])
+    victim = publish(TOPIC, {"sleep_first": 60}, key=key_for_partition(a_parts[0], 4))
     wait_until(lambda: Handled.objects.filter(message_id=victim.id, worker="a").exists(), 10, "a starts the message")
     a.kill9()
     killed_at = time.monotonic()
@@ -120,48 +147,58 @@ def test_kill9_failover_redelivers_in_flight_message_after_visibility_timeout(wo
     assert not b.log().count("Traceback"), b.log()
 
 
-def test_every_group_processes_every_message_in_partition_order(workers):
-    """Two groups, three workers each running both; publishing while they run."""
-    published = publish_many(TOPIC, [{"payload": {}, "partition_key": f"p{k:02d}"} for k in range(6)])
+def test_every_group_processes_every_message_in_partition_order(workers, partitions):
+    """Two groups, three workers each running both; publishing while they run. Every
+    message is handled once per group, each partition in offset order, each key in
+    publish order."""
+    partitions(6)
+    keys = [key_for_partition(p, 6) for p in range(6)]
+    published = publish_many(TOPIC, [{"payload": {}, "key": keys[p]} for p in range(6)])
     procs = [workers(f"w{i}", "--topic", TOPIC) for i in range(3)]
     wait_until(lambda: leases("g1") == {"w0": 2, "w1": 2, "w2": 2}, 20, "g1 balanced")
     wait_until(lambda: leases("g2") == {"w0": 2, "w1": 2, "w2": 2}, 20, "g2 balanced")
     for batch in range(10):
-        published += publish_many(
-            TOPIC, [{"payload": {"batch": batch}, "partition_key": f"p{i % 6:02d}"} for i in range(60)]
-        )
-        published.append(publish(TOPIC, {"single": batch}, partition_key=f"p{batch % 6:02d}"))
+        published += publish_many(TOPIC, [{"payload": {"batch": batch}, "key": keys[i % 6]} for i in range(60)])
+        published.append(publish(TOPIC, {"single": batch}, key=keys[batch % 6]))
     wait_until(lambda: lag("g1") == 0 and lag("g2") == 0, 60, "both groups drained")
 
-    expected = {(m.partition_key, m.offset) for m in published}
-    assert len(expected) == 6 + 610
+    assert len({m.id for m in published}) == 6 + 610
+    in_publish_order: dict[str, list[str]] = defaultdict(list)
+    for m in published:
+        in_publish_order[m.key].append(m.id)
     for group in ("g1", "g2"):
-        rows = list(Handled.objects.filter(group=group).values_list("partition_key", "offset", "worker", "attempt"))
-        assert {(k, o) for k, o, _, _ in rows} == expected
+        rows = list(
+            Handled.objects.filter(group=group).values_list("partition", "key", "offset", "message_id", "attempt")
+        )
+        assert sorted(r[3] for r in rows) == sorted(m.id for m in published)  # each once
         assert all(attempt == 1 for *_, attempt in rows)  # no failure, no redelivery
-        sequences: dict[str, list[int]] = defaultdict(list)
-        for key, offset, _, _ in rows:  # Handled ids follow the order handlers ran in
-            sequences[key].append(offset)
-        for key, offsets in sequences.items():
-            assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"{group} {key} out of order"
+        by_partition: dict[int, list[int]] = defaultdict(list)
+        by_key: dict[str, list[str]] = defaultdict(list)
+        for partition, key, offset, message_id, _ in rows:  # Handled ids follow the order handlers ran in
+            by_partition[partition].append(offset)
+            by_key[key].append(message_id)
+        for partition, offsets in by_partition.items():
+            assert offsets == list(range(1, len(offsets) + 1)), f"{group} partition {partition} out of order"
+        assert by_key == in_publish_order, f"{group}: a key's messages were not handled in publish order"
     for p in procs:
         assert p.terminate() == 0
 
 
 def test_failing_message_is_dead_lettered_for_its_group_only(workers):
-    failing = publish(TOPIC, {"fail": ["g1"]}, partition_key="p00", id="bad-1")
-    fine = publish(TOPIC, {"ok": True}, partition_key="p00")
+    publish(TOPIC, {"fail": ["g1"]}, key=K, id="bad-1")
+    fine = publish(TOPIC, {"ok": True}, key=K)
     workers("w", "--topic", TOPIC)
     wait_until(lambda: lag("g1") == 0 and lag("g2") == 0, 30, "both groups done")
 
     dead = Message.objects.get(topic=f"{TOPIC}_dlq")
-    assert dead.id == "g1:bad-1" and dead.partition_key == "p00"
+    assert dead.id == "g1:bad-1" and dead.key == K
     assert dead.original_topic == TOPIC and dead.failure_count == 3 and dead.failed_at is not None
     assert "ScriptedFailure: scripted failure of bad-1 in g1" in dead.last_error
     assert dead.payload == {"fail": ["g1"]}
     assert dead.metadata["dead_letter"] == {
         "consumer_group": "g1",
-        "original_offset": failing.offset,
+        "original_partition": 0,
+        "original_offset": offset_of("bad-1"),
         "original_id": "bad-1",
     }
     assert list(Handled.objects.filter(group="g1", message_id="bad-1").values_list("attempt", flat=True)) == [1, 2, 3]
@@ -174,52 +211,54 @@ def test_failing_message_is_dead_lettered_for_its_group_only(workers):
 
 def test_nacked_head_does_not_block_more_than_a_batch_of_later_messages(workers):
     """The RFC's fetch (offset > watermark LIMIT batch_size) stalls here; ours must not."""
-    head = publish(TOPIC, {"retry": ["g1"], "delay": 60}, partition_key="p00")
+    head = publish(TOPIC, {"retry": ["g1"], "delay": 60}, key=K)
     worker = workers("w", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: Handled.objects.filter(message_id=head.id).exists(), 15, "the head delivered and nacked")
-    later = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": "p00"} for i in range(35)])  # > 3 batches
+    head_offset = offset_of(head.id)
+    later = publish_many(TOPIC, [{"payload": {"n": i}, "key": K} for i in range(35)])  # > 3 batches
     started = time.monotonic()
     wait_until(
-        lambda: Handled.objects.filter(group="g1", offset__gt=head.offset).count() == 35, 15, "35 later messages"
+        lambda: Handled.objects.filter(group="g1", offset__gt=head_offset).count() == 35, 15, "35 later messages"
     )
     assert time.monotonic() - started < 10
     assert Handled.objects.filter(message_id=head.id).count() == 1  # still waiting for its retry
-    assert ConsumerOffset.objects.get(consumer_group="g1", partition_key="p00").offset_acked == head.offset - 1
-    (partition,) = [p for p in queue_status(group="g1", topic=TOPIC).partitions if p.partition_key == "p00"]
+    assert ConsumerOffset.objects.get(consumer_group="g1", partition=0).offset_acked == head_offset - 1
+    (partition,) = [p for p in queue_status(group="g1", topic=TOPIC).partitions if p.partition == 0]
     assert partition.retrying == 1 and partition.lag == 36 and partition.in_flight == 0
-    assert [m.offset for m in later] == list(range(head.offset + 1, head.offset + 36))
+    assert [offset_of(m.id) for m in later] == list(range(head_offset + 1, head_offset + 36))
     assert worker.terminate() == 0
 
 
 def test_strict_serialization_with_batch_size_one(workers):
     """batch_size=1: one message of a partition at a time, in order, across two workers."""
-    publish_many("proc.strict", [{"payload": {"sleep": 0.02}, "partition_key": f"s{i % 2}"} for i in range(40)])
+    publish_many("proc.strict", [{"payload": {"sleep": 0.02}, "key": key_for_partition(i % 2)} for i in range(40)])
     workers("x", "--group", "strict")
     workers("y", "--group", "strict")
     wait_until(lambda: lag("strict", "proc.strict") == 0, 40, "strict topic drained")
-    rows = list(Handled.objects.filter(group="strict").values_list("partition_key", "offset", "attempt"))
-    for key in ("s0", "s1"):
-        offsets = [o for k, o, _ in rows if k == key]
+    rows = list(Handled.objects.filter(group="strict").values_list("partition", "offset", "attempt"))
+    for partition in (0, 1):
+        offsets = [o for p, o, _ in rows if p == partition]
         assert offsets == list(range(1, 21))
 
 
 def test_gc_never_deletes_what_a_group_has_not_acked(workers):
     """g1 is fast; g2 is slow and then killed with -9: GC keeps everything above g2's watermark."""
-    publish_many(TOPIC, [{"payload": {"sleep_in": {"g2": 0.1}}, "partition_key": "p00"} for _ in range(120)])
+    publish_many(TOPIC, [{"payload": {"sleep_in": {"g2": 0.1}}, "key": K} for _ in range(120)])
     fast = workers("fast", "--group", "g1", "--topic", TOPIC)
     slow = workers("slow", "--group", "g2", "--topic", TOPIC)
     wait_until(lambda: lag("g1") == 0, 30, "g1 drained")
+    # (filter, not get: g2's watermark row appears only once its worker leased the partition)
     wait_until(
-        lambda: ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked > 5, 20, "g2 started"
+        lambda: ConsumerOffset.objects.filter(consumer_group="g2", partition=0, offset_acked__gt=5).exists(),
+        20,
+        "g2 started",
     )
     slow.kill9()
     for _ in range(3):
         call_command("queue_gc", verbosity=0)
         time.sleep(1.2)  # the fast worker's own GC runs every second too
-        g2_mark = ConsumerOffset.objects.get(consumer_group="g2", partition_key="p00").offset_acked
-        remaining = Message.objects.filter(topic=TOPIC, partition_key="p00").aggregate(
-            lo=Min("offset"), hi=Max("offset")
-        )
+        g2_mark = ConsumerOffset.objects.get(consumer_group="g2", partition=0).offset_acked
+        remaining = Message.objects.filter(topic=TOPIC, partition=0).aggregate(lo=Min("offset"), hi=Max("offset"))
         assert remaining["hi"] == 120
         assert remaining["lo"] == g2_mark + 1, "GC must delete exactly what every group acked"
     assert Message.objects.filter(topic=TOPIC).count() == 120 - g2_mark
@@ -232,8 +271,9 @@ def test_gc_never_deletes_what_a_group_has_not_acked(workers):
     assert fast.terminate() == 0
 
 
-def test_paused_worker_loses_its_leases_and_stops_taking_messages(workers):
-    """SIGSTOP past the lease: another worker steals; on SIGCONT the paused one notices."""
+def test_stopped_worker_loses_its_leases_and_stops_taking_messages(workers, partitions):
+    """SIGSTOP past the lease: another worker steals; on SIGCONT the stopped one notices."""
+    partitions(2)
     publish_partitions(2)
     a = workers("a", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: leases("g1") == {"a": 2}, 15, "a holds both partitions")
@@ -242,11 +282,11 @@ def test_paused_worker_loses_its_leases_and_stops_taking_messages(workers):
     try:
         b = workers("b", "--group", "g1", "--topic", TOPIC)
         wait_until(lambda: leases("g1") == {"b": 2}, 20, "b steals both after the lease expires")
-        during = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": f"p{i % 2:02d}"} for i in range(10)])
+        during = publish_many(TOPIC, [{"payload": {"n": i}, "key": key_for_partition(i % 2, 2)} for i in range(10)])
         wait_until(lambda: lag("g1") == 0, 15, "b consumes what was published during the pause")
         a.signal(signal.SIGCONT)
         wait_until(lambda: "lost leases" in a.log(), 10, "a notices on its next renewal")
-        after = publish_many(TOPIC, [{"payload": {"n": i}, "partition_key": f"p{i % 2:02d}"} for i in range(20)])
+        after = publish_many(TOPIC, [{"payload": {"n": i}, "key": key_for_partition(i % 2, 2)} for i in range(20)])
         wait_until(lambda: lag("g1") == 0, 15, "messages published after the pause consumed")
     finally:
         a.signal(signal.SIGCONT)
@@ -260,7 +300,7 @@ def test_paused_worker_loses_its_leases_and_stops_taking_messages(workers):
 
 
 def test_second_signal_exits_at_once(workers):
-    publish(TOPIC, {"sleep": 60}, partition_key="p00")
+    publish(TOPIC, {"sleep": 60}, key=K)
     w = workers("w", "--group", "g1", "--topic", TOPIC)
     wait_until(lambda: Handled.objects.exists(), 15, "handler running")
     w.signal(signal.SIGTERM)

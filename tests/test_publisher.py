@@ -1,16 +1,30 @@
-"""publish() and publish_many(): the transactional outbox, idempotency, batching."""
+"""publish() and publish_many(): the append-only transactional outbox, idempotency, batching."""
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+import warnings
 from decimal import Decimal
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue import publish, publish_many
+from django_sqlqueue.exceptions import (
+    ConfigurationError,
+    IdempotencyConflict,
+    InvalidMessage,
+    OutboxWarning,
+    PayloadTooLarge,
+)
 from django_sqlqueue.models import Message, Partition
+from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.sequencer import sequence
+
+from .engine_helpers import not_on_sqlite
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,33 +34,38 @@ def committed_count(spawn, **filters) -> int:
     return spawn(lambda: Message.objects.filter(**filters).count()).join_ok()
 
 
-def test_publish_returns_stored_message_with_offset():
-    message = publish("orders.created", {"order": 1, "total": Decimal("9.50")}, partition_key="alice")
-    stored = Message.objects.get(offset=message.offset)
-    assert stored.topic == "orders.created"
-    assert stored.partition_key == "alice"
-    assert stored.id == message.id and len(message.id) == 32
-    # Decimal is stored as a string; the returned message shows what consumers will get.
-    assert stored.payload == message.payload == {"order": 1, "total": "9.50"}
-    assert stored.metadata == {}
-    assert stored.created_at == stored.published_at == stored.deliver_at == message.created_at
+def test_publish_appends_one_row_without_offset():
+    message = publish("orders.created", {"order": 1, "total": Decimal("9.50")}, key="alice")
+    assert message.topic == "orders.created" and message.key == "alice" and message.created
+    assert message.partition == partition_for("alice", 8)
+    stored = Message.objects.get()
+    assert (stored.topic, stored.key, stored.partition, stored.id) == (
+        "orders.created",
+        "alice",
+        message.partition,
+        message.id,
+    )
+    assert len(message.id) == 32
+    assert stored.payload == {"order": 1, "total": "9.50"}  # Decimal is stored as a string
+    assert stored.offset is None  # numbered after commit, by the sequencer
+    assert stored.created_at == stored.published_at == stored.deliver_at
     assert stored.failed_at is None and stored.failure_count == 0 and stored.original_topic == ""
-    assert Partition.objects.get(topic="orders.created", partition_key="alice").head_offset == message.offset
+    assert not Partition.objects.exists()  # publishers never touch head rows
+    assert sequence("orders.created") == {message.partition: 1}
+    assert Message.objects.get().offset == 1
 
 
 def test_publish_outside_transaction_autocommits(spawn):
     assert connection.get_autocommit()
     message = publish("t", {"x": 1})
-    assert committed_count(spawn, offset=message.offset) == 1
+    assert committed_count(spawn, id=message.id) == 1
 
 
 def test_publish_in_committed_atomic_leaves_exactly_one_row(spawn):
     with transaction.atomic():
-        message = publish("t", {"x": 1}, partition_key="p")
-        # Not visible to other connections before the caller commits.
-        assert committed_count(spawn, topic="t") == 0
+        publish("t", {"x": 1}, key="p")
+        assert committed_count(spawn, topic="t") == 0  # not visible before the caller commits
     assert committed_count(spawn, topic="t") == 1
-    assert Message.objects.get().offset == message.offset
 
 
 def test_publish_in_rolled_back_atomic_leaves_nothing(spawn):
@@ -55,95 +74,138 @@ def test_publish_in_rolled_back_atomic_leaves_nothing(spawn):
 
     with pytest.raises(Boom):
         with transaction.atomic():
-            publish("t", {"x": 1}, partition_key="p")
-            publish_many("t", [{"payload": i, "partition_key": "q"} for i in range(5)])
+            publish("t", {"x": 1}, key="p")
+            publish_many("t", [{"payload": i, "key": "q"} for i in range(5)])
             raise Boom
     assert committed_count(spawn) == 0
-    assert not Partition.objects.exists()  # the head rows rolled back too
 
 
 def test_publish_in_rolled_back_savepoint_keeps_outer_work():
     with transaction.atomic():
-        kept = publish("t", 1, partition_key="p")
+        publish("t", 1, key="p")
         try:
             with transaction.atomic():
-                publish("t", 2, partition_key="p")
+                publish("t", 2, key="p")
                 raise RuntimeError("inner")
         except RuntimeError:
             pass
-        after = publish("t", 3, partition_key="p")
-    assert list(Message.objects.values_list("payload", flat=True)) == [1, 3]
-    assert kept.offset < after.offset
-    assert Partition.objects.get(partition_key="p").head_offset == after.offset
+        publish("t", 3, key="p")
+    sequence("t")
+    assert list(Message.objects.order_by("offset").values_list("offset", "payload")) == [(1, 1), (2, 3)]
 
 
-def test_republishing_an_id_is_a_noop_returning_the_original():
-    first = publish("t", {"v": 1}, partition_key="p", id="evt-1")
-    again = publish("t", {"v": 2}, partition_key="p", id="evt-1")
-    assert again.offset == first.offset
-    assert again.payload == {"v": 1}
+def test_keys_accept_str_int_and_uuid_and_ids_too():
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    a = publish("t", 1, key=42, id=u)
+    assert a.key == "42" and a.id == str(u) and a.partition == partition_for("42", 8)
+    b = publish("t", 2, key=u, id=7)
+    assert b.key == str(u) and b.id == "7"
+    with pytest.raises(InvalidMessage, match="key must be a str, int or UUID, got float"):
+        publish("t", 3, key=1.5)
+    with pytest.raises(InvalidMessage, match="id must be a str, int or UUID, got bool"):
+        publish("t", 3, id=True)
+    assert Message.objects.count() == 2
+
+
+def test_republishing_an_id_with_the_same_payload_stores_nothing():
+    first = publish("t", {"v": 1}, key="p", id="evt-1")
+    again = publish("t", {"v": 1}, key="p", id="evt-1")
+    assert first.created and not again.created
+    assert again.partition == first.partition
     assert Message.objects.count() == 1
-    # The same id in another partition or topic is another message.
-    other_key = publish("t", {"v": 3}, partition_key="q", id="evt-1")
-    other_topic = publish("u", {"v": 4}, partition_key="p", id="evt-1")
-    assert len({first.pk, other_key.pk, other_topic.pk}) == 3
-    assert other_key.offset == other_topic.offset == 1  # offsets count per partition
+    # The same id in another topic is another message.
+    assert publish("u", {"v": 1}, key="p", id="evt-1").created
+    assert Message.objects.count() == 2
 
 
-def test_republish_inside_same_transaction_is_a_noop():
+def test_republishing_an_id_with_another_payload_or_key_is_an_error_and_writes_nothing():
+    publish("t", {"v": 1}, key="p", id="evt-1")
+    with pytest.raises(IdempotencyConflict, match=r"'evt-1'.*different payload"):
+        publish("t", {"v": 2}, key="p", id="evt-1")
+    with pytest.raises(IdempotencyConflict, match="different key"):
+        publish("t", {"v": 1}, key="other", id="evt-1")
+    with pytest.raises(IdempotencyConflict):
+        publish_many("t", [{"payload": "fresh", "id": "new-1"}, {"payload": {"v": 9}, "key": "p", "id": "evt-1"}])
+    assert list(Message.objects.values_list("id", flat=True)) == ["evt-1"]  # nothing of the batch
+
+
+def test_republish_inside_same_transaction_and_same_batch():
     with transaction.atomic():
         first = publish("t", 1, id=7)
-        again = publish("t", 2, id="7")  # ints are ids too, compared as strings
-    assert again.offset == first.offset and Message.objects.count() == 1
+        again = publish("t", 1, id="7")  # ints are ids too, compared as strings
+    assert first.created and not again.created and Message.objects.count() == 1
+    messages = publish_many("t", [{"payload": "x", "id": "b"}, {"payload": "x", "id": "b"}])
+    assert [m.id for m in messages] == ["b", "b"] and Message.objects.count() == 2
+    with pytest.raises(IdempotencyConflict):
+        publish_many("t", [{"payload": "x", "id": "c"}, {"payload": "y", "id": "c"}])
 
 
-def test_publish_many_returns_messages_in_input_order_with_partition_order():
-    items = [{"payload": i, "partition_key": f"k{i % 3}", "metadata": {"i": i}} for i in range(30)]
+def test_concurrent_publishers_of_the_same_id_store_it_once(spawn):
+    """The second waits on the unique index for the first, then skips the row, without an error."""
+    import threading
+
+    inserted, release = threading.Event(), threading.Event()
+
+    def first():
+        with transaction.atomic():
+            message = publish("t", {"v": 1}, id="same")
+            inserted.set()
+            assert release.wait(10)
+        return message
+
+    a = spawn(first)
+    assert inserted.wait(10)
+
+    def second():
+        with transaction.atomic():
+            message = publish("t", {"v": 1}, id="same")
+            publish("t", {"v": 2}, id="after")  # the transaction is still usable
+        return message
+
+    b = spawn(second)
+    b.join(0.5)
+    assert b.is_alive(), "uniqueness of one id makes the second publisher wait"
+    release.set()
+    assert a.join_ok().created
+    assert not b.join_ok().created
+    assert sorted(Message.objects.values_list("id", flat=True)) == ["after", "same"]
+
+
+def test_publish_many_keeps_input_order_per_key():
+    items = [{"payload": i, "key": f"k{i % 3}", "metadata": {"i": i}} for i in range(30)]
     messages = publish_many("batch", items)
-    assert [m.payload for m in messages] == list(range(30))
-    assert [m.metadata for m in messages] == [{"i": i} for i in range(30)]
+    assert [m.key for m in messages] == [f"k{i % 3}" for i in range(30)]
+    sequence("batch")
     for key in ("k0", "k1", "k2"):
-        offsets = [m.offset for m in messages if m.partition_key == key]
-        assert offsets == sorted(offsets)
-        stored = list(Message.objects.filter(partition_key=key).values_list("offset", "payload"))
-        assert stored == [(m.offset, m.payload) for m in messages if m.partition_key == key]
-        assert Partition.objects.get(topic="batch", partition_key=key).head_offset == offsets[-1]
+        stored = list(Message.objects.filter(key=key).order_by("offset").values_list("payload", flat=True))
+        assert stored == [i for i in range(30) if i % 3 == int(key[1])]
 
 
-def test_publish_many_deduplicates_against_stored_and_within_batch():
-    original = publish("batch", "old", partition_key="a", id="dup")
-    messages = publish_many(
-        "batch",
-        [
-            {"payload": "new", "partition_key": "a", "id": "dup"},
-            {"payload": "x1", "partition_key": "a", "id": "fresh"},
-            {"payload": "x2", "partition_key": "a", "id": "fresh"},
-            {"payload": "y", "partition_key": "b"},
-        ],
-    )
-    assert messages[0].offset == original.offset and messages[0].payload == "old"
-    assert messages[1].offset == messages[2].offset and messages[2].payload == "x1"
-    assert Message.objects.count() == 3
-    # Offsets given back: the head is the last stored offset, without holes.
-    assert Partition.objects.get(partition_key="a").head_offset == messages[1].offset
-
-
-def test_publish_many_all_duplicates_writes_nothing():
-    publish_many("batch", [{"payload": i, "id": f"m{i}"} for i in range(3)])
-    before = list(Message.objects.values_list("offset", flat=True))
-    again = publish_many("batch", [{"payload": i, "id": f"m{i}"} for i in range(3)])
-    assert [m.offset for m in again] == before
-    assert list(Message.objects.values_list("offset", flat=True)) == before
-
-
-def test_publish_many_large_batch_spans_statements():
-    messages = publish_many("big", ({"payload": {"n": i}, "partition_key": f"p{i % 7}"} for i in range(3000)))
+def test_publish_many_large_batch_spans_statements_and_offsets_are_dense():
+    messages = publish_many("big", ({"payload": {"n": i}, "key": f"p{i % 7}"} for i in range(3000)))
     assert len(messages) == 3000 == Message.objects.filter(topic="big").count()
-    assert len({m.pk for m in messages}) == 3000
-    for key in {m.partition_key for m in messages}:
-        offsets = [m.offset for m in messages if m.partition_key == key]
-        assert offsets == list(range(1, len(offsets) + 1))  # dense, in input order
-    assert Partition.objects.filter(topic="big").count() == 7
+    heads = sequence("big")
+    for partition, head in heads.items():
+        offsets = list(
+            Message.objects.filter(topic="big", partition=partition).order_by("offset").values_list("offset", flat=True)
+        )
+        assert offsets == list(range(1, head + 1))
+    assert sum(heads.values()) == 3000
+
+
+def test_unkeyed_messages_spread_over_partitions():
+    publish_many("spread", [{"payload": i} for i in range(80)])
+    partitions = set(Message.objects.filter(topic="spread").values_list("partition", flat=True))
+    assert partitions == set(range(8))
+
+
+def test_partition_count_per_topic_and_per_key_topics():
+    with override_settings(
+        SQLQUEUE={"PARTITIONS": 4, "TOPICS": {"wide": {"partitions": 64}, "few": {"per_key": True}}}
+    ):
+        assert publish("default.count", 1, key="hello").partition == partition_for("hello", 4)
+        assert publish("wide", 1, key="hello").partition == partition_for("hello", 64)
+        assert publish("few", 1, key="hello").partition == partition_for("hello", None) == 907060870
 
 
 def test_publish_many_empty_is_noop():
@@ -152,56 +214,62 @@ def test_publish_many_empty_is_noop():
 
 
 def test_delay_uses_database_clock():
-    before = publish("t", "now").published_at
-    delayed = publish("t", "later", delay=60)
-    assert delayed.deliver_at - delayed.published_at == dt.timedelta(seconds=60)
-    assert delayed.published_at >= before
-    stored = Message.objects.get(offset=delayed.offset)
-    assert stored.deliver_at == delayed.deliver_at
-    td = publish("t", "later-td", delay=dt.timedelta(minutes=2))
-    assert td.deliver_at - td.published_at == dt.timedelta(minutes=2)
+    publish("t", "later", delay=60, id="d1")
+    publish("t", "later-td", delay=dt.timedelta(minutes=2), id="d2")
+    d1, d2 = Message.objects.get(id="d1"), Message.objects.get(id="d2")
+    assert d1.deliver_at - d1.published_at == dt.timedelta(seconds=60)
+    assert d2.deliver_at - d2.published_at == dt.timedelta(minutes=2)
 
 
 def test_deliver_at_absolute_time():
     when = timezone.now() + dt.timedelta(hours=1)
-    message = publish("t", "x", deliver_at=when)
-    assert Message.objects.get(offset=message.offset).deliver_at == when
+    publish("t", "x", deliver_at=when, id="a")
     other_tz = dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    message = publish("t", "y", deliver_at=other_tz)
-    assert Message.objects.get(offset=message.offset).deliver_at == other_tz
+    publish("t", "y", deliver_at=other_tz, id="b")
+    assert Message.objects.get(id="a").deliver_at == when
+    assert Message.objects.get(id="b").deliver_at == other_tz
 
 
-def test_partition_keys_compare_exactly():
-    # MySQL's default collation would fold these into one partition.
-    a = publish("t", 1, partition_key="Key", id="same")
-    b = publish("t", 2, partition_key="key", id="same")
-    c = publish("t", 3, partition_key="kéy", id="same")
-    assert len({a.pk, b.pk, c.pk}) == 3
-    assert Partition.objects.filter(topic="t").count() == 3
+def test_ids_compare_exactly():
+    # MySQL's default collation would fold these into one id.
+    for i, message_id in enumerate(["Key", "key", "kéy"]):
+        publish("t", i, id=message_id)
+    assert Message.objects.filter(topic="t").count() == 3
 
 
-def test_publish_on_explicit_database_alias():
-    message = publish("t", "x", using="default")
-    assert message._state.db == "default"
+def test_unknown_database_alias_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match=r"database alias 'nope' is not in settings\.DATABASES"):
+        publish("t", 1, using="nope")
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        publish_many("t", [{"payload": 1}], using="nope")
 
 
-def test_offsets_are_dense_per_partition_even_after_rollbacks_and_duplicates():
-    publish("t", 1, partition_key="p")
-    with pytest.raises(ZeroDivisionError):
-        with transaction.atomic():
-            publish("t", 2, partition_key="p")
-            raise ZeroDivisionError
-    publish("t", 3, partition_key="p", id="x")
-    publish_many("t", [{"payload": 4, "partition_key": "p", "id": "x"}, {"payload": 5, "partition_key": "p"}])
-    assert list(Message.objects.filter(partition_key="p").values_list("offset", "payload")) == [(1, 1), (2, 3), (3, 5)]
-    assert Partition.objects.get(partition_key="p").head_offset == 3
-
-
-def test_returned_times_come_from_the_database_clock():
-    message = publish("t", "x", delay=5)
+@pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet is a MySQL/MariaDB server limit")
+def test_payload_over_max_allowed_packet_is_refused_before_writing():
     with connection.cursor() as cursor:
-        cursor.execute("SELECT UTC_TIMESTAMP(6)" if connection.vendor == "mysql" else "SELECT CURRENT_TIMESTAMP")
-        db_now = cursor.fetchone()[0]
-    db_now = db_now.replace(tzinfo=dt.timezone.utc) if db_now.tzinfo is None else db_now
-    assert abs((message.published_at - db_now).total_seconds()) < 5
-    assert message.deliver_at - message.published_at == dt.timedelta(seconds=5)
+        cursor.execute("SELECT @@max_allowed_packet")
+        packet = int(cursor.fetchone()[0])
+    big = "x" * (packet + 1024)
+    with override_settings(SQLQUEUE={"MAX_PAYLOAD_BYTES": packet * 4}):
+        with transaction.atomic():
+            publish("t", "kept", id="kept")
+            with pytest.raises(PayloadTooLarge, match="max_allowed_packet"):
+                publish("t", big)
+            publish("t", "also kept", id="also")  # the connection and the transaction survive
+    assert sorted(Message.objects.values_list("id", flat=True)) == ["also", "kept"]
+
+
+@not_on_sqlite("an open transaction on the other alias holds SQLite's only write lock")
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_publish_outside_the_callers_transaction_alias_warns():
+    """atomic() on another alias: the publish commits on its own, and says so."""
+    other = connections["other"]
+    with transaction.atomic(using="other"):
+        with pytest.warns(OutboxWarning, match="'default'.*not in a transaction.*'other'"):
+            publish("t", 1)
+    assert other.in_atomic_block is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with transaction.atomic():
+            publish("t", 2)  # the right alias: no warning
+        publish("t", 3)  # no transaction anywhere: no warning

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import OperationalError, ProgrammingError, connection, transaction
+from django.db import OperationalError, ProgrammingError, connection, connections, transaction
 
 from django_sqlqueue.models import Partition
 from django_sqlqueue.retry import is_transient, with_retries
@@ -22,26 +22,31 @@ LOCK_WAIT_TIMEOUT = {"mysql": 1205, "postgresql": "55P03"}  # lock_not_available
 SYNTAX_ERROR = {"mysql": 1064, "postgresql": "42601"}
 
 
-def lock_and_bump(key: str) -> None:
+#: Two head rows of topic ``dl``, locked in opposite orders below.
+X, Y = 0, 1
+
+
+def lock_and_bump(partition: int) -> None:
+    p = connection.ops.quote_name("partition")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT head_offset FROM queue_partitions WHERE topic = 'dl' AND partition_key = %s FOR UPDATE",
-            [key],
+            f"SELECT head_offset FROM queue_partitions WHERE topic = 'dl' AND {p} = %s FOR UPDATE",
+            [partition],
         )
         cursor.execute(
-            "UPDATE queue_partitions SET head_offset = head_offset + 1 WHERE topic = 'dl' AND partition_key = %s",
-            [key],
+            f"UPDATE queue_partitions SET head_offset = head_offset + 1 WHERE topic = 'dl' AND {p} = %s",
+            [partition],
         )
 
 
 def crossing_transactions(spawn, *, retried: bool):
     """Two threads lock rows x and y in opposite orders: a real deadlock, one victim."""
-    PartitionFactory(topic="dl", partition_key="x")
-    PartitionFactory(topic="dl", partition_key="y")
+    PartitionFactory(topic="dl", partition=X)
+    PartitionFactory(topic="dl", partition=Y)
     barrier = threading.Barrier(2, timeout=10)
     attempts = Calls()
 
-    def run(name: str, first: str, second: str):
+    def run(name: str, first: int, second: int):
         def once() -> str:
             attempts.add(name)
             with transaction.atomic():
@@ -58,13 +63,13 @@ def crossing_transactions(spawn, *, retried: bool):
         except OperationalError as exc:
             return exc
 
-    a = spawn(lambda: run("a", "x", "y"), name="a")
-    b = spawn(lambda: run("b", "y", "x"), name="b")
+    a = spawn(lambda: run("a", X, Y), name="a")
+    b = spawn(lambda: run("b", Y, X), name="b")
     return a.join_ok(), b.join_ok(), attempts.list()
 
 
-def heads() -> dict[str, int]:
-    return dict(Partition.objects.filter(topic="dl").values_list("partition_key", "head_offset"))
+def heads() -> dict[int, int]:
+    return dict(Partition.objects.filter(topic="dl").values_list("partition", "head_offset"))
 
 
 def test_control_crossing_transactions_deadlock(spawn):
@@ -74,7 +79,7 @@ def test_control_crossing_transactions_deadlock(spawn):
     assert len(errors) == 1, results
     assert error_code(errors[0]) == by_vendor(**DEADLOCK)
     assert is_transient(errors[0]) == (True, False)
-    assert heads() == {"x": 1, "y": 1}  # the victim's first update was rolled back
+    assert heads() == {X: 1, Y: 1}  # the victim's first update was rolled back
 
 
 def test_with_retries_runs_the_deadlock_victim_again(spawn):
@@ -84,16 +89,16 @@ def test_with_retries_runs_the_deadlock_victim_again(spawn):
         "a",
         "b",
     ]  # exactly one ran twice
-    assert heads() == {"x": 2, "y": 2}  # each transaction applied once, nothing twice
+    assert heads() == {X: 2, Y: 2}  # each transaction applied once, nothing twice
 
 
 def test_lock_wait_timeout_is_retried_then_raised_after_the_last_attempt(spawn):
-    PartitionFactory(topic="dl", partition_key="x")
+    PartitionFactory(topic="dl", partition=X)
     locked, release = threading.Event(), threading.Event()
 
     def holder():
         with transaction.atomic():
-            lock_and_bump("x")
+            lock_and_bump(X)
             locked.set()
             assert release.wait(20)
 
@@ -109,7 +114,7 @@ def test_lock_wait_timeout_is_retried_then_raised_after_the_last_attempt(spawn):
     def blocked() -> None:
         calls.add(1)
         with transaction.atomic():
-            lock_and_bump("x")
+            lock_and_bump(X)
 
     try:
         with pytest.raises(OperationalError) as info:
@@ -125,7 +130,7 @@ def test_lock_wait_timeout_is_retried_then_raised_after_the_last_attempt(spawn):
     assert len(calls) == 2, f"the lock-wait timeout was not retried: {info.value}"
     # Once the lock is free, the same operation goes through on the first try.
     assert with_retries(blocked, using="default", what="free") is None
-    assert heads() == {"x": 2}
+    assert heads() == {X: 2}
 
 
 def test_lost_connection_is_reopened_and_retried(spawn):
@@ -192,3 +197,30 @@ def test_other_exceptions_propagate_at_once():
     with pytest.raises(KeyError):
         with_retries(fails, using="default", what="python error")
     assert len(calls) == 1
+
+
+@requires_vendor("mysql")
+def test_a_stop_cuts_the_pauses_between_lost_connection_retries(spawn):
+    """During an outage a stopping worker must not sit out the retry pauses (~1.5 s for 5 attempts)."""
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    wrapper = type(connections["default"])({**connection.settings_dict, "PORT": str(closed_port)}, alias="down")
+    calls = Calls()
+
+    def connect() -> None:
+        calls.add(1)
+        wrapper.ensure_connection()  # refused: MySQL error 2002/2003, a lost connection
+
+    stop = threading.Event()
+    started = time.monotonic()
+    waiter = spawn(lambda: with_retries(connect, using="default", what="connect", stop_event=stop), name="retrying")
+    time.sleep(0.2)  # in the first pauses
+    stop.set()
+    with pytest.raises(OperationalError):
+        waiter.join_ok()
+    assert len(calls) == 5  # every attempt made, the ones after the stop without pausing
+    assert time.monotonic() - started < 1.0

@@ -38,21 +38,27 @@ def test_bad_topic(topic, error):
 @pytest.mark.parametrize(
     ("key", "error"),
     [
-        ("k" * 129, "partition_key is 129 characters long; the maximum is 128"),
+        ("k" * 129, "key is 129 characters long; the maximum is 128"),
         (" padded", "must not start or end with whitespace"),
         ("tab\there", "control characters"),
-        (42, "partition_key must be a str, got int"),
-        (None, "partition_key must be a str, got NoneType"),
+        (4.2, "key must be a str, int or UUID, got float"),
+        (None, "key must be a str, int or UUID, got NoneType"),
+        (b"bytes", "key must be a str, int or UUID, got bytes"),
     ],
 )
-def test_bad_partition_key(key, error):
+def test_bad_key(key, error):
     with pytest.raises(InvalidMessage, match=error):
-        publish("t", {"x": 1}, partition_key=key)
+        publish("t", {"x": 1}, key=key)
 
 
 @pytest.mark.parametrize(
     ("message_id", "error"),
-    [("", "id must not be empty"), ("i" * 129, "maximum is 128"), (1.5, "id must be a str, got float")],
+    [
+        ("", "id must not be empty"),
+        ("i" * 129, "maximum is 128"),
+        (1.5, "id must be a str, int or UUID, got float"),
+        (True, "id must be a str, int or UUID, got bool"),
+    ],
 )
 def test_bad_id(message_id, error):
     with pytest.raises(InvalidMessage, match=error):
@@ -104,7 +110,7 @@ def test_naive_deliver_at():
         ({"delay": -1}, "delay must not be negative"),
         ({"delay": "10"}, "delay must be seconds"),
         ({"delay": float("nan")}, "delay must not be negative"),
-        ({"delay": 1, "deliver_at": dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)}, "either delay or deliver_at"),
+        ({"delay": 1, "deliver_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}, "either delay or deliver_at"),
         ({"deliver_at": "2030-01-01"}, "deliver_at must be a datetime"),
     ],
 )
@@ -123,10 +129,11 @@ def test_publish_many_one_bad_item_writes_nothing():
     ("items", "error"),
     [
         ([{"payload": 1, "partition": "x"}], r"message #0: unknown key\(s\) partition"),
-        ([{"partition_key": "x"}], "message #0: missing 'payload'"),
+        ([{"partition_key": "x", "payload": 1}], r"message #0: unknown key\(s\) partition_key"),
+        ([{"key": "x"}], "message #0: missing 'payload'"),
         ([1], "message #0: expected a dict, got int"),
         ({"payload": 1}, "iterable of message dicts"),
-        ([{"payload": 1}, {"payload": 2, "partition_key": " x"}], "message #1: partition_key ' x'"),
+        ([{"payload": 1}, {"payload": 2, "key": " x"}], "message #1: key ' x'"),
     ],
 )
 def test_publish_many_bad_items(items, error):

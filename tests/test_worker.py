@@ -12,13 +12,16 @@ import time
 
 import pytest
 from django.db.models import Q
+from django.test import override_settings
 
-from django_sqlqueue import Reject, Retry, publish, publish_many
+from django_sqlqueue import ConfigurationError, Reject, Retry, publish, publish_many
 from django_sqlqueue.models import (
     DeliveryState,
     Message,
+    Partition,
     PartitionLease,
     SubscriberHeartbeat,
+    Topic,
 )
 
 from .engine_helpers import (
@@ -33,8 +36,12 @@ from .engine_helpers import (
     fast_conf,
     fetch_fresh,
     head,
+    key_for_partition,
+    leased,
+    offset_of,
     row,
     running,
+    sequence,
     spec,
     store,
     wait_until,
@@ -43,25 +50,28 @@ from .engine_helpers import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+#: A key of partition 0 of a topic with the default 8 partitions.
+K = key_for_partition(0)
+
 
 def recorder(calls: Calls, fail=None):
-    """A handler recording (key, offset, attempt); ``fail(message)`` may raise."""
+    """A handler recording (partition, offset, attempt); ``fail(message)`` may raise."""
 
     def handle(message):
-        calls.add((message.partition_key, message.offset, message.attempt))
+        calls.add((message.partition, message.offset, message.attempt))
         if fail is not None:
             fail(message)
 
     return handle
 
 
-def in_flight_now(group: str, topic: str, key: str) -> int:
+def in_flight_now(group: str, topic: str, partition: int) -> int:
     """Unacked rows of the partition being worked on right now (database clock)."""
     now = db_now()
     return DeliveryState.objects.filter(
         consumer_group=group,
         topic=topic,
-        partition_key=key,
+        partition=partition,
         acked=False,
         status=IN_FLIGHT,
         invisible_until__gt=now,
@@ -72,50 +82,42 @@ def in_flight_now(group: str, topic: str, key: str) -> int:
 
 
 def test_every_message_is_handled_once_in_offset_order_per_partition():
-    topic, keys = "w.orders", ["a", "b", "c"]
-    published = publish_many(topic, [{"payload": {"i": i}, "partition_key": keys[i % 3]} for i in range(60)])
+    topic, parts = "w.orders", [0, 1, 2]
+    keys = {p: key_for_partition(p) for p in range(4)}
+    items = [{"payload": {"i": i}, "key": keys[i % 3]} for i in range(60)]
+    published = publish_many(topic, items)
     calls, payloads = Calls(), Calls()
 
     def handle(message):
-        calls.add((message.partition_key, message.offset, message.attempt))
-        payloads.add(
-            (
-                message.partition_key,
-                message.offset,
-                message.id,
-                message.payload,
-                message.group,
-            )
-        )
+        calls.add((message.partition, message.offset, message.attempt))
+        payloads.add((message.partition, message.offset, message.key, message.id, message.payload, message.group))
 
     with running([spec(topic, "g", handle, batch_size=7)]) as worker:
-        wait_until(lambda: caught_up("g", topic, keys), what="first 60 messages")
-        # Published while it runs, including a partition that did not exist at start.
-        publish_many(
-            topic,
-            [{"payload": {"i": i}, "partition_key": ["a", "d"][i % 2]} for i in range(60, 76)],
-        )
-        wait_until(lambda: caught_up("g", topic, [*keys, "d"]), what="16 more")
+        wait_until(lambda: caught_up("g", topic, parts), what="first 60 messages")
+        # Published while it runs, including to a partition that had no message at start.
+        later = publish_many(topic, [{"payload": {"i": i}, "key": keys[[0, 3][i % 2]]} for i in range(60, 76)])
+        wait_until(lambda: caught_up("g", topic, [*parts, 3]), what="16 more")
 
     seen = calls.list()
     assert len(seen) == len(set(seen)) == 76
-    for key, count in (("a", 28), ("b", 20), ("c", 20), ("d", 8)):
-        assert [off for k, off, _ in seen if k == key] == list(range(1, count + 1)), key
+    for p, count in ((0, 28), (1, 20), (2, 20), (3, 8)):
+        assert [off for q, off, _ in seen if q == p] == list(range(1, count + 1)), p
     assert {attempt for _, _, attempt in seen} == {1}
-    expected = {(m.partition_key, m.offset): (m.id, m.payload) for m in published}
-    for key, offset, message_id, payload, group in payloads.list():
+    # Each message arrives with what it was published with; per key in publish order.
+    expected = {m.id: (m.partition, m.key, item["payload"]) for m, item in zip(published, items, strict=True)}
+    expected.update({m.id: (m.partition, m.key, {"i": 60 + n}) for n, m in enumerate(later)})
+    order: dict[int, list[int]] = {}
+    for partition, _offset, key, message_id, payload, group in sorted(payloads.list()):
         assert group == "g"
-        if (key, offset) in expected:
-            assert (message_id, payload) == expected[(key, offset)]
+        assert expected[message_id] == (partition, key, payload)
+        order.setdefault(partition, []).append(payload["i"])
+    assert all(o == sorted(o) for o in order.values()), order
     # Watermarks at the heads; every delivery row is gone; the log itself is untouched.
-    assert [watermark("g", topic, k) for k in ("a", "b", "c", "d")] == [28, 20, 20, 8]
+    assert [watermark("g", topic, p) for p in (0, 1, 2, 3)] == [28, 20, 20, 8]
+    assert [head(topic, p) for p in (0, 1, 2, 3)] == [28, 20, 20, 8]
     assert delivery_rows("g", topic) == []
     assert Message.objects.filter(topic=topic).count() == 76
-    assert (worker.stats.delivered, worker.stats.acked, worker.stats.nacked) == (
-        76,
-        76,
-        0,
-    )
+    assert (worker.stats.delivered, worker.stats.acked, worker.stats.nacked) == (76, 76, 0)
 
 
 # -- failures ------------------------------------------------------------------------------
@@ -123,9 +125,9 @@ def test_every_message_is_handled_once_in_offset_order_per_partition():
 
 def test_failing_handler_is_retried_then_dead_lettered_after_max_attempts():
     topic = "w.fail"
-    ok1 = publish(topic, "ok", partition_key="k")
-    bad = publish(topic, "bad", partition_key="k", id="bad-1", metadata={"trace": "t-1"})
-    ok2 = publish(topic, "ok", partition_key="k")
+    ok1 = publish(topic, "ok", key=K)
+    publish(topic, "bad", key=K, id="bad-1", metadata={"trace": "t-1"})
+    ok2 = publish(topic, "ok", key=K)
     calls = Calls()
 
     def fail(message):
@@ -134,18 +136,20 @@ def test_failing_handler_is_retried_then_dead_lettered_after_max_attempts():
 
     with running([spec(topic, "g", recorder(calls, fail), max_attempts=3)]) as worker:
         wait_until(
-            lambda: dead_letters("w.fail_dlq") and caught_up("g", topic, ["k"]),
+            lambda: dead_letters("w.fail_dlq") and caught_up("g", topic),
             what="dead letter",
         )
 
+    bad = offset_of(topic, "bad-1")
+    assert bad == 2  # sequenced in publish order
     seen = calls.list()
-    assert [attempt for key, off, attempt in seen if off == bad.offset] == [1, 2, 3]
-    assert [(off, attempt) for key, off, attempt in seen if off != bad.offset] == [
-        (ok1.offset, 1),
-        (ok2.offset, 1),
+    assert [attempt for _, off, attempt in seen if off == bad] == [1, 2, 3]
+    assert [(off, attempt) for _, off, attempt in seen if off != bad] == [
+        (offset_of(topic, ok1.id), 1),
+        (offset_of(topic, ok2.id), 1),
     ]
     (dl,) = dead_letters("w.fail_dlq")
-    assert dl.id == "g:bad-1" and dl.payload == "bad" and dl.partition_key == "k"
+    assert dl.id == "g:bad-1" and dl.payload == "bad" and dl.key == K
     assert dl.failure_count == 3 and dl.original_topic == topic
     assert dl.last_error.startswith("builtins.ValueError: boom at offset 2 attempt 3\n")
     assert "Traceback" in dl.last_error and "in fail" in dl.last_error
@@ -153,18 +157,19 @@ def test_failing_handler_is_retried_then_dead_lettered_after_max_attempts():
         "trace": "t-1",
         "dead_letter": {
             "consumer_group": "g",
+            "original_partition": 0,
             "original_offset": 2,
             "original_id": "bad-1",
         },
     }
     assert Message.objects.filter(topic=topic).count() == 3  # the original stays in the log
-    assert watermark("g", topic, "k") == 3 and delivery_rows("g", topic) == []
+    assert watermark("g", topic, 0) == 3 and delivery_rows("g", topic) == []
     assert (worker.stats.nacked, worker.stats.dead_lettered) == (2, 1)
 
 
 def test_retry_with_delay_postpones_redelivery():
     topic = "w.retry"
-    publish(topic, "x", partition_key="k")
+    publish(topic, "x", key=K)
     attempts = Calls()
 
     def handle(message):
@@ -181,7 +186,7 @@ def test_retry_with_delay_postpones_redelivery():
         assert waiting.retry_count == 0 and not waiting.acked
         first_at = attempts.list()[0][1]
         assert first_at + dt.timedelta(seconds=1) <= waiting.invisible_until <= db_now() + dt.timedelta(seconds=1)
-        wait_until(lambda: caught_up("g", topic, ["k"]), what="second attempt")
+        wait_until(lambda: caught_up("g", topic), what="second attempt")
 
     (a1, t1), (a2, t2) = attempts.list()
     assert (a1, a2) == (1, 2)
@@ -191,16 +196,16 @@ def test_retry_with_delay_postpones_redelivery():
 
 def test_retry_counts_towards_max_attempts():
     topic = "w.retry.max"
-    publish(topic, "x", partition_key="k", id="r-1")
+    publish(topic, "x", key=K, id="r-1")
     calls = Calls()
 
     def fail(message):
         raise Retry("still down", delay=0)
 
     with running([spec(topic, "g", recorder(calls, fail), max_attempts=2)]):
-        wait_until(lambda: caught_up("g", topic, ["k"]), what="dead letter after 2 Retry")
+        wait_until(lambda: caught_up("g", topic), what="dead letter after 2 Retry")
 
-    assert calls.list() == [("k", 1, 1), ("k", 1, 2)]
+    assert calls.list() == [(0, 1, 1), (0, 1, 2)]
     (dl,) = dead_letters("w.retry.max_dlq")
     assert dl.id == "g:r-1" and dl.failure_count == 2
     assert dl.last_error.startswith("django_sqlqueue.exceptions.Retry: still down")
@@ -208,8 +213,8 @@ def test_retry_counts_towards_max_attempts():
 
 def test_reject_dead_letters_at_once_on_the_first_attempt():
     topic = "w.reject"
-    publish(topic, "poison", partition_key="k", id="p-1")
-    publish(topic, "fine", partition_key="k")
+    publish(topic, "poison", key=K, id="p-1")
+    publish(topic, "fine", key=K)
     calls = Calls()
 
     def fail(message):
@@ -217,9 +222,9 @@ def test_reject_dead_letters_at_once_on_the_first_attempt():
             raise Reject("poison message")
 
     with running([spec(topic, "g", recorder(calls, fail), max_attempts=5)]):
-        wait_until(lambda: caught_up("g", topic, ["k"]), what="both messages done")
+        wait_until(lambda: caught_up("g", topic), what="both messages done")
 
-    assert calls.list() == [("k", 1, 1), ("k", 2, 1)]
+    assert calls.list() == [(0, 1, 1), (0, 2, 1)]
     (dl,) = dead_letters("w.reject_dlq")
     assert dl.id == "g:p-1" and dl.failure_count == 1
     assert dl.last_error.startswith("django_sqlqueue.exceptions.Reject: poison message")
@@ -230,17 +235,20 @@ def test_expired_deliveries_are_redelivered_then_dead_lettered_without_another_a
     """Deliveries recorded by a worker that died: redelivered once their visibility ends;
     one delivered max_attempts times already goes to the DLQ without a further attempt."""
     topic = "w.expired"
-    publish_many(topic, [{"payload": i, "partition_key": "k", "id": f"m{i}"} for i in (1, 2)])
+    publish_many(topic, [{"payload": i, "key": K, "id": f"m{i}"} for i in (1, 2)])
+    sequence(topic)
     s = store()
-    s.ensure_offsets("g", topic, ["k"])
-    s.mark_delivered("g", topic, fetch_fresh("g", topic, "k"), [], [], 0.3)  # the dead worker's batch
+    s.ensure_offsets("g", topic, [0])
+    leased("g", topic, 0, "dead-worker")
+    s.mark_delivered("g", topic, "dead-worker", fetch_fresh("g", topic, 0), [], [], 0.3)  # its batch
     DeliveryState.objects.filter(message_offset=2).update(retry_count=2)  # its third delivery
+    PartitionLease.objects.filter(leased_by="dead-worker").delete()  # its lease is gone
     calls = Calls()
 
     with running([spec(topic, "g", recorder(calls), max_attempts=3, visibility_timeout=30)]):
-        wait_until(lambda: caught_up("g", topic, ["k"]), what="expired deliveries")
+        wait_until(lambda: caught_up("g", topic), what="expired deliveries")
 
-    assert calls.list() == [("k", 1, 2)]  # second attempt of 1; 2 is never handed out again
+    assert calls.list() == [(0, 1, 2)]  # second attempt of 1; 2 is never handed out again
     (dl,) = dead_letters("w.expired_dlq")
     assert dl.id == "g:m2" and dl.failure_count == 3
     assert dl.last_error.startswith("delivered 3 times without an ack or nack (visibility timeout 30s expired")
@@ -248,10 +256,7 @@ def test_expired_deliveries_are_redelivered_then_dead_lettered_without_another_a
 
 def test_two_groups_on_one_topic_are_independent():
     topic = "w.shared"
-    publish_many(
-        topic,
-        [{"payload": i, "partition_key": f"k{i % 2}", "id": f"m{i}"} for i in range(10)],
-    )
+    publish_many(topic, [{"payload": i, "key": key_for_partition(i % 2), "id": f"m{i}"} for i in range(10)])
     good, bad = Calls(), Calls()
 
     def always_fail(message):
@@ -263,13 +268,13 @@ def test_two_groups_on_one_topic_are_independent():
     ]
     with running(specs):
         wait_until(
-            lambda: caught_up("good", topic, ["k0", "k1"]) and caught_up("bad", topic, ["k0", "k1"]),
+            lambda: caught_up("good", topic, [0, 1]) and caught_up("bad", topic, [0, 1]),
             what="both groups",
         )
 
-    everything = {(f"k{i % 2}", i // 2 + 1) for i in range(10)}
-    assert sorted(good.list()) == sorted((k, off, 1) for k, off in everything)  # once each
-    assert sorted(bad.list()) == sorted((k, off, a) for k, off in everything for a in (1, 2))
+    everything = {(i % 2, i // 2 + 1) for i in range(10)}
+    assert sorted(good.list()) == sorted((p, off, 1) for p, off in everything)  # once each
+    assert sorted(bad.list()) == sorted((p, off, a) for p, off in everything for a in (1, 2))
     dlq = dead_letters("w.shared_dlq")
     assert sorted(m.id for m in dlq) == sorted(f"bad:m{i}" for i in range(10))
     assert all(m.failure_count == 2 for m in dlq)
@@ -283,55 +288,37 @@ def test_two_groups_on_one_topic_are_independent():
 
 def test_batch_size_one_keeps_one_message_of_a_partition_in_flight():
     topic = "w.strict"
-    publish_many(
-        topic,
-        [{"payload": i, "partition_key": k} for i in range(1, 6) for k in ("a", "b")],
-    )
+    publish_many(topic, [{"payload": i, "key": key_for_partition(p)} for i in range(1, 6) for p in (0, 1)])
     calls, in_flight = Calls(), Calls()
 
     def handle(message):
-        in_flight.add(in_flight_now("g", topic, message.partition_key))
-        calls.add((message.partition_key, message.offset, message.attempt))
-        if message.partition_key == "a" and message.offset == 2 and message.attempt == 1:
+        in_flight.add(in_flight_now("g", topic, message.partition))
+        calls.add((message.partition, message.offset, message.attempt))
+        if message.partition == 0 and message.offset == 2 and message.attempt == 1:
             raise Retry("later", delay=1.0)
 
     with running([spec(topic, "g", handle, batch_size=1)]):
-        wait_until(lambda: caught_up("g", topic, ["a", "b"]), what="strict partitions")
+        wait_until(lambda: caught_up("g", topic, [0, 1]), what="strict partitions")
 
     assert set(in_flight.list()) == {1}, "a handler saw another message of its partition in flight"
-    seen_a = [(off, attempt) for key, off, attempt in calls.list() if key == "a"]
+    seen_a = [(off, attempt) for p, off, attempt in calls.list() if p == 0]
     assert seen_a[:2] == [(1, 1), (2, 1)]
     # The nacked message does not block the next one: 3..5 go while 2 waits for its retry.
     assert seen_a.index((3, 1)) < seen_a.index((2, 2))
     assert sorted(seen_a) == [(1, 1), (2, 1), (2, 2), (3, 1), (4, 1), (5, 1)]
-    assert [off for key, off, _ in calls.list() if key == "b"] == [1, 2, 3, 4, 5]
+    assert [off for p, off, _ in calls.list() if p == 1] == [1, 2, 3, 4, 5]
 
 
 def test_control_larger_batches_have_several_messages_in_flight():
     """The in-flight probe of the strict test does see batches (so it can fail)."""
     topic = "w.batch"
-    publish_many(topic, [{"payload": i, "partition_key": "a"} for i in range(5)])
+    publish_many(topic, [{"payload": i, "key": K} for i in range(5)])
     in_flight = Calls()
 
-    with running(
-        [
-            spec(
-                topic,
-                "g",
-                lambda m: in_flight.add(in_flight_now("g", topic, "a")),
-                batch_size=5,
-            )
-        ]
-    ):
-        wait_until(lambda: caught_up("g", topic, ["a"]))
+    with running([spec(topic, "g", lambda m: in_flight.add(in_flight_now("g", topic, 0)), batch_size=5)]):
+        wait_until(lambda: caught_up("g", topic, [0]))
 
-    assert in_flight.list() == [
-        5,
-        5,
-        5,
-        5,
-        5,
-    ]  # the batch is marked in flight before handlers run
+    assert in_flight.list() == [5, 5, 5, 5, 5]  # the batch is marked in flight before handlers run
 
 
 # -- time ------------------------------------------------------------------------------------
@@ -339,8 +326,8 @@ def test_control_larger_batches_have_several_messages_in_flight():
 
 def test_delayed_message_is_not_delivered_before_its_time():
     topic = "w.delay"
-    late = publish(topic, "late", partition_key="k", delay=2)
-    publish(topic, "now", partition_key="k")
+    late = publish(topic, "late", key=K, delay=2)
+    publish(topic, "now", key=K)
     calls = Calls()
 
     def handle(message):
@@ -351,14 +338,16 @@ def test_delayed_message_is_not_delivered_before_its_time():
             lambda: [c for c in calls.list() if c[0] == "now"],
             what="the undelayed message",
         )
-        parked = row("g", topic, "k", late.offset)
+        late_offset = offset_of(topic, late.id)
+        assert late_offset == 1  # sequenced at once; only its delivery waits
+        parked = row("g", topic, 0, late_offset)
         assert (parked.status, parked.retry_count) == (SCHEDULED, 0)
-        assert parked.invisible_until == Message.objects.get(topic=topic, offset=late.offset).deliver_at
+        assert parked.invisible_until == Message.objects.get(topic=topic, offset=late_offset).deliver_at
         if db_now() < parked.invisible_until:
             assert [c[0] for c in calls.list()] == ["now"]  # before its deliver_at: not yet
-        wait_until(lambda: caught_up("g", topic, ["k"]), what="the delayed message")
+        wait_until(lambda: caught_up("g", topic), what="the delayed message")
 
-    stored = Message.objects.get(topic=topic, offset=late.offset)
+    stored = Message.objects.get(topic=topic, id=late.id)
     assert stored.deliver_at - stored.created_at >= dt.timedelta(seconds=2)
     (now_call, late_call) = calls.list()
     assert now_call[0] == "now" and late_call[0] == "late"
@@ -370,18 +359,18 @@ def test_delayed_message_is_not_delivered_before_its_time():
 
 def test_extend_visibility_moves_invisible_until():
     topic = "w.extend"
-    publish(topic, "long job", partition_key="k")
+    publish(topic, "long job", key=K)
     seen = Calls()
 
     def handle(message):
-        before = row("g", topic, "k", message.offset).invisible_until
+        before = row("g", topic, message.partition, message.offset).invisible_until
         called_at = db_now()
         message.extend_visibility(60)
-        after = row("g", topic, "k", message.offset)
+        after = row("g", topic, message.partition, message.offset)
         seen.add((before, called_at, after.invisible_until, after.retry_count, after.status))
 
     with running([spec(topic, "g", handle, visibility_timeout=5)]):
-        wait_until(lambda: caught_up("g", topic, ["k"]))
+        wait_until(lambda: caught_up("g", topic))
 
     ((before, called_at, after, retry_count, status),) = seen.list()
     assert before <= called_at + dt.timedelta(seconds=5)  # the 5s visibility timeout
@@ -395,12 +384,12 @@ def test_extend_visibility_moves_invisible_until():
 
 def test_graceful_stop_releases_leases_and_deregisters():
     topic = "w.stop"
-    for key in "ab":
-        publish(topic, key, partition_key=key)
+    for p in (0, 1):
+        publish(topic, p, key=key_for_partition(p))
     with running([spec(topic, "g", lambda m: None)], name="stopper") as worker:
-        wait_until(lambda: caught_up("g", topic, ["a", "b"]))
+        wait_until(lambda: caught_up("g", topic, [0, 1]))
         leases = PartitionLease.objects.filter(consumer_group="g", topic=topic, leased_by="stopper")
-        assert sorted(leases.values_list("partition_key", flat=True)) == ["a", "b"]
+        assert sorted(leases.values_list("partition", flat=True)) == list(range(8))  # alone: every partition
         hb = SubscriberHeartbeat.objects.get(consumer_group="g", topic=topic, subscriber_name="stopper")
         assert hb.deregistered_at is None
         worker.stop()
@@ -412,7 +401,7 @@ def test_graceful_stop_releases_leases_and_deregisters():
 
 def test_stop_in_the_middle_of_a_batch_hands_the_rest_back():
     topic = "w.drain"
-    publish_many(topic, [{"payload": i, "partition_key": "k"} for i in range(1, 6)])
+    publish_many(topic, [{"payload": i, "key": K} for i in range(1, 6)])
     first, second = Calls(), Calls()
     holder = {}
 
@@ -426,8 +415,8 @@ def test_stop_in_the_middle_of_a_batch_hands_the_rest_back():
         wait_until(lambda: len(first) == 1)
         worker.stop()
     assert first.list() == [(1, 1)]
-    assert watermark("g", topic, "k") == 1
-    rows = delivery_rows("g", topic, "k")
+    assert watermark("g", topic, 0) == 1
+    rows = delivery_rows("g", topic, 0)
     assert [r.message_offset for r in rows] == [2, 3, 4, 5]
     now = db_now()
     assert all(r.status == SCHEDULED and r.retry_count == 0 and r.invisible_until <= now for r in rows)
@@ -435,73 +424,69 @@ def test_stop_in_the_middle_of_a_batch_hands_the_rest_back():
 
     with running([spec(topic, "g", recorder(second), batch_size=5)], name="w2"):
         wait_until(
-            lambda: caught_up("g", topic, ["k"]),
+            lambda: caught_up("g", topic),
             timeout=5,
             what="the next worker, at once",
         )
-    assert second.list() == [("k", off, 1) for off in (2, 3, 4, 5)]  # first attempts again
+    assert second.list() == [(0, off, 1) for off in (2, 3, 4, 5)]  # first attempts again
 
 
 def test_two_workers_share_partitions_and_take_over_on_stop():
     topic = "w.share"
-    keys = ["p0", "p1", "p2", "p3"]
+    parts = [0, 1, 2, 3]
+    keys = [key_for_partition(p, 4) for p in parts]
+    topics = {topic: {"partitions": 4}}
     calls = Calls()
     handle = recorder(calls)
     conf_specs = [spec(topic, "g", handle)]
-    conf = fast_conf(LEASE_DURATION=10)  # a takeover within 5s is a release, not an expiry
-    publish_many(topic, [{"payload": i, "partition_key": k} for k in keys for i in range(3)])
+    conf = fast_conf(LEASE_DURATION=10, TOPICS=topics)  # a takeover within 5s is a release, not an expiry
 
-    def holders() -> dict[str, list[str]]:
-        result: dict[str, list[str]] = {}
-        for key, by in PartitionLease.objects.filter(topic=topic).values_list("partition_key", "leased_by"):
-            result.setdefault(by, []).append(key)
+    def holders() -> dict[str, list[int]]:
+        result: dict[str, list[int]] = {}
+        for p, by in PartitionLease.objects.filter(topic=topic).values_list("partition", "leased_by"):
+            result.setdefault(by, []).append(p)
         return result
 
-    with running(conf_specs, name="w1", conf=conf):
-        wait_until(lambda: len(holders().get("w1", [])) == 4, what="w1 takes every partition")
-        with running(conf_specs, name="w2", conf=conf):
-            # Fair share: w1 gives back the excess over ceil(4 / 2), w2 takes it.
-            wait_until(
-                lambda: sorted(map(len, holders().values())) == [2, 2],
-                what="a 2/2 split",
-            )
-            split = holders()
-            assert sorted(split["w1"] + split["w2"]) == keys
-            publish_many(
-                topic,
-                [{"payload": i, "partition_key": k} for k in keys for i in range(3, 6)],
-            )
-            wait_until(lambda: caught_up("g", topic, keys), what="both workers")
-        # w2 stopped gracefully: w1 takes its partitions without waiting for expiry.
-        wait_until(lambda: len(holders().get("w1", [])) == 4, timeout=5, what="w1 takes over")
-        publish_many(topic, [{"payload": 9, "partition_key": k} for k in keys])
-        wait_until(lambda: caught_up("g", topic, keys), what="w1 alone")
+    with override_settings(SQLQUEUE={"TOPICS": topics}):
+        publish_many(topic, [{"payload": i, "key": k} for k in keys for i in range(3)])
+        with running(conf_specs, name="w1", conf=conf):
+            wait_until(lambda: len(holders().get("w1", [])) == 4, what="w1 takes every partition")
+            with running(conf_specs, name="w2", conf=conf):
+                # Fair share: w1 gives back the excess over ceil(4 / 2), w2 takes it.
+                wait_until(lambda: sorted(map(len, holders().values())) == [2, 2], what="a 2/2 split")
+                split = holders()
+                assert sorted(split["w1"] + split["w2"]) == parts
+                publish_many(topic, [{"payload": i, "key": k} for k in keys for i in range(3, 6)])
+                wait_until(lambda: caught_up("g", topic, parts), what="both workers")
+            # w2 stopped gracefully: w1 takes its partitions without waiting for expiry.
+            wait_until(lambda: len(holders().get("w1", [])) == 4, timeout=5, what="w1 takes over")
+            publish_many(topic, [{"payload": 9, "key": k} for k in keys])
+            wait_until(lambda: caught_up("g", topic, parts), what="w1 alone")
 
     seen = calls.list()
-    for key in keys:
-        offsets = sorted({off for k, off, _ in seen if k == key})
-        assert offsets == list(range(1, head(topic, key) + 1))  # at least once each
+    for p in parts:
+        offsets = sorted({off for q, off, _ in seen if q == p})
+        assert offsets == list(range(1, head(topic, p) + 1)) == list(range(1, 8))  # at least once each
     assert delivery_rows("g", topic) == []
 
 
 def test_partition_of_a_dead_worker_is_taken_after_its_lease_expires():
     topic = "w.takeover"
-    publish(topic, "x", partition_key="k")
-    s = store()
-    assert s.acquire_lease("g", topic, "k", "dead-worker", 2.0)  # never renewed again
+    publish(topic, "x", key=K)
+    leased("g", topic, 0, "dead-worker", duration=2.0)  # never renewed again
     calls = Calls()
     with running([spec(topic, "g", recorder(calls))], name="alive"):
         time.sleep(0.5)
         assert len(calls) == 0  # the lease is still valid
-        assert PartitionLease.objects.get(topic=topic).leased_by == "dead-worker"
+        assert PartitionLease.objects.get(topic=topic, partition=0).leased_by == "dead-worker"
         wait_until(
-            lambda: caught_up("g", topic, ["k"]),
+            lambda: caught_up("g", topic),
             timeout=5,
             what="takeover after expiry",
         )
-        lease = PartitionLease.objects.get(topic=topic)
+        lease = PartitionLease.objects.get(topic=topic, partition=0)
         assert lease.leased_by == "alive"
-    assert calls.list() == [("k", 1, 1)]
+    assert calls.list() == [(0, 1, 1)]
 
 
 def test_worker_requires_a_consumer():
@@ -512,13 +497,18 @@ def test_worker_requires_a_consumer():
 
 
 def test_idle_worker_touches_nothing_but_its_own_rows():
-    publish("w.idle.other", "x", partition_key="k")
+    publish("w.idle.other", "x", key=K)
     with running([spec("w.idle", "g", lambda m: None)], name="idle"):
         wait_until(lambda: SubscriberHeartbeat.objects.filter(subscriber_name="idle").exists())
+        wait_until(lambda: PartitionLease.objects.filter(leased_by="idle").count() == 8)
         time.sleep(0.3)
     assert not PartitionLease.objects.exists()
     assert not DeliveryState.objects.exists()
     assert not Message.objects.filter(~Q(topic="w.idle.other")).exists()
+    # It registered its own topic only, and did not sequence another topic's message.
+    assert list(Topic.objects.values_list("topic", "partitions")) == [("w.idle", 8)]
+    assert set(Partition.objects.values_list("topic", flat=True)) == {"w.idle"}
+    assert Message.objects.get(topic="w.idle.other").offset is None
 
 
 def test_ready_message_behind_many_delayed_ones_is_not_slowed_by_idle_backoff():
@@ -527,17 +517,16 @@ def test_ready_message_behind_many_delayed_ones_is_not_slowed_by_idle_backoff():
     backs off towards POLL_INTERVAL_MAX before every further batch, and a ready message
     behind them waits seconds for nothing."""
     topic = "w.parked"
-    publish_many(
-        topic,
-        [{"payload": "later", "partition_key": "k", "delay": 3600} for _ in range(30)],
-    )
-    publish(topic, "ready", partition_key="k")
+    publish_many(topic, [{"payload": "later", "key": K, "delay": 3600} for _ in range(30)])
+    publish(topic, "ready", key=K)
     calls = Calls()
     conf = fast_conf(POLL_INTERVAL=0.01, POLL_INTERVAL_MAX=0.5)
     with running(
         [spec(topic, "g", lambda m: calls.add((m.payload, db_now())), batch_size=3)],
         conf=conf,
     ):
+        # Counted from the first poll that sees the messages numbered (startup is not the point).
+        wait_until(lambda: DeliveryState.objects.filter(status=SCHEDULED).exists(), what="the first parked batch")
         started = db_now()
         wait_until(lambda: len(calls), timeout=10, what="the ready message")
     ((payload, handled_at),) = calls.list()
@@ -550,46 +539,51 @@ def test_ready_message_behind_many_delayed_ones_is_not_slowed_by_idle_backoff():
 
 def test_many_partitions_are_polled_in_chunks():
     topic = "w.wide"
-    keys = [f"p{i:03d}" for i in range(130)]
-    publish_many(
-        topic,
-        [{"payload": key, "partition_key": key} for key in keys for _ in range(2)],
-    )
+    n = 130
+    topics = {topic: {"partitions": n}}
+    with override_settings(SQLQUEUE={"TOPICS": topics}):
+        publish_many(topic, [{"payload": p, "key": key_for_partition(p, n)} for p in range(n) for _ in range(2)])
     calls = Calls()
-    with running([spec(topic, "g", recorder(calls))]):
-        wait_until(lambda: caught_up("g", topic, keys), timeout=20, what="130 partitions")
-    assert sorted(calls.list()) == [(key, off, 1) for key in keys for off in (1, 2)]
+    with running([spec(topic, "g", recorder(calls))], conf=fast_conf(TOPICS=topics)):
+        wait_until(lambda: caught_up("g", topic, list(range(n))), timeout=20, what="130 partitions")
+    assert sorted(calls.list()) == [(p, off, 1) for p in range(n) for off in (1, 2)]
 
 
 def test_worker_that_lost_a_lease_stops_handling_that_partition():
-    """A paused worker whose partition was taken over: once its keeper notices, the rest
-    of its batch is handed back instead of handled."""
+    """A stalled worker whose partition was taken over: once its keeper notices, the rest
+    of its batch is not handled, and its late writes (acks, hand-backs) are fenced off."""
     topic = "w.lost"
-    publish_many(topic, [{"payload": i, "partition_key": "k"} for i in range(1, 6)])
+    publish_many(topic, [{"payload": i, "key": K} for i in range(1, 6)])
     calls = Calls()
     stolen = threading.Event()
 
     def handle(message):
-        calls.add((message.partition_key, message.offset, message.attempt))
+        calls.add((message.partition, message.offset, message.attempt))
         assert stolen.wait(10)
 
-    with running([spec(topic, "g", handle, batch_size=5)], name="paused") as worker:
+    with running([spec(topic, "g", handle, batch_size=5)], name="stalled") as worker:
         wait_until(lambda: len(calls) == 1)
-        # Another subscriber took the partition over (as after an expiry during a pause).
-        assert PartitionLease.objects.filter(topic=topic, leased_by="paused").update(leased_by="thief") == 1
+        # Another subscriber took the partition over (as after an expiry during a stall).
+        mine = PartitionLease.objects.filter(topic=topic, partition=0, leased_by="stalled")
+        assert mine.update(leased_by="thief") == 1
         wait_until(
-            lambda: "k" not in worker.subscriptions[0].held,
+            lambda: 0 not in worker.subscriptions[0].held,
             timeout=3,
             what="the keeper to notice",
         )
         stolen.set()
-        wait_until(lambda: DeliveryState.objects.filter(topic=topic, status=SCHEDULED).count() == 4)
-        time.sleep(0.3)  # it keeps polling: nothing more of k may be handled
+        wait_until(lambda: worker.stats.acked == 1, what="the batch to complete")
+        time.sleep(0.3)  # it keeps polling: nothing more of partition 0 may be handled
 
-    assert calls.list() == [("k", 1, 1)]
-    rows = delivery_rows("g", topic, "k")
-    assert [(r.message_offset, r.status, r.retry_count) for r in rows] == [(o, SCHEDULED, 0) for o in (2, 3, 4, 5)]
-    assert PartitionLease.objects.get(topic=topic).leased_by == "thief"
+    assert calls.list() == [(0, 1, 1)]
+    # The thief holds the partition: the former holder's ack of 1 and its hand-back of 2..5
+    # were not written; they stay in flight until their visibility timeout, for the thief.
+    rows = delivery_rows("g", topic, 0)
+    assert [(r.message_offset, r.acked, r.status, r.retry_count) for r in rows] == [
+        (o, False, IN_FLIGHT, 0) for o in (1, 2, 3, 4, 5)
+    ]
+    assert watermark("g", topic, 0) == 0
+    assert PartitionLease.objects.get(topic=topic, partition=0).leased_by == "thief"
 
 
 def test_lease_keeper_gives_back_the_last_partitions_over_its_fair_share():
@@ -598,25 +592,133 @@ def test_lease_keeper_gives_back_the_last_partitions_over_its_fair_share():
     from django_sqlqueue.subscription import Subscription
 
     topic = "w.fair"
-    keys = ["a", "b", "c", "d", "e"]
-    publish_many(topic, [{"payload": 0, "partition_key": k} for k in keys])
-    conf = fast_conf()
+    parts = [0, 1, 2, 3, 4]
+    conf = fast_conf(TOPICS={topic: {"partitions": 5}})
+    assert store().register_topic(topic, 5) == 5  # as the workers do at start
     one = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
     two = Subscription.create(spec(topic, "g", lambda m: None), "two", conf)
     keeper = LeaseKeeper([one, two], store(), conf)
 
     keeper.rebalance(one)  # alone: takes everything
-    assert one.held == frozenset(keys)
-    assert all(watermark("g", topic, k) == 0 for k in keys)  # watermarks created with the leases
+    assert one.held == frozenset(parts)
+    assert all(watermark("g", topic, p) == 0 for p in parts)  # watermarks created with the leases
     keeper.rebalance(two)  # ceil(5 / 2) = 3 each, but nothing is free yet
     assert two.held == frozenset()
-    keeper.rebalance(one)  # gives back the last two in key order
-    assert one.held == frozenset("abc")
+    keeper.rebalance(one)  # gives back the last two in partition order
+    assert one.held == frozenset({0, 1, 2})
     keeper.rebalance(two)
-    assert two.held == frozenset("de")
-    assert dict(PartitionLease.objects.values_list("partition_key", "leased_by")) == {
-        "a": "one", "b": "one", "c": "one", "d": "two", "e": "two",
+    assert two.held == frozenset({3, 4})
+    assert dict(PartitionLease.objects.values_list("partition", "leased_by")) == {
+        0: "one", 1: "one", 2: "one", 3: "two", 4: "two",
     }  # fmt: skip
     keeper.release_all()
     assert not PartitionLease.objects.exists()
     assert SubscriberHeartbeat.objects.filter(deregistered_at__isnull=False).count() == 2
+
+
+def test_subscribers_that_count_each_other_ask_for_disjoint_partitions():
+    """Two workers computing their share at the same moment see the same free partitions;
+    each asks first for its own slice (rank in the sorted live names), so neither's first
+    acquisition is cut short by the other's."""
+    from django_sqlqueue.leasing import LeaseKeeper
+    from django_sqlqueue.subscription import Subscription
+
+    topic = "w.ranks"
+    conf = fast_conf(TOPICS={topic: {"partitions": 8}})
+    store().register_topic(topic, 8)
+    subs = [Subscription.create(spec(topic, "g", lambda m: None), name, conf) for name in ("w-b", "w-a", "w-c")]
+    keeper = LeaseKeeper(subs, store(), conf)
+    keeper.announce()  # all three heartbeat before anyone computes a share
+    free = list(range(8))
+    picks = {}
+    for sub in subs:
+        cap = keeper.fair_share(sub)
+        assert cap == 3
+        picks[sub.name] = sorted(free, key=lambda p, sub=sub: keeper._preference(sub, p))[:cap]
+    assert [subs[i].rank for i in range(3)] == [1, 0, 2]
+    assert sorted(picks["w-a"]) == [0, 3, 6] and sorted(picks["w-b"]) == [1, 4, 7]
+    assert {2, 5} <= set(picks["w-c"])  # its slice has two; the third is someone else's
+    for sub in subs:  # now acquiring one after the other: the first two get whole shares
+        keeper.rebalance(sub)
+    assert len(subs[0].held) == len(subs[1].held) == 3 and subs[2].held == frozenset({2, 5})
+
+
+def test_lease_keeper_releases_and_takes_nothing_of_a_paused_topic():
+    """An operator's pause row: the next round gives every lease back; deleting it resumes."""
+    from django_sqlqueue.leasing import LeaseKeeper
+    from django_sqlqueue.models import PausedTopic
+    from django_sqlqueue.subscription import Subscription
+
+    from .factories import PausedTopicFactory
+
+    topic = "w.pause"
+    conf = fast_conf(TOPICS={topic: {"partitions": 3}})
+    store().register_topic(topic, 3)
+    sub = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
+    keeper = LeaseKeeper([sub], store(), conf)
+    keeper.rebalance(sub)
+    assert sub.held == frozenset({0, 1, 2})
+    PausedTopicFactory(consumer_group="g", topic=topic)
+    PausedTopicFactory(consumer_group="other", topic=topic)  # another group's pause: no effect here
+    keeper.rebalance(sub)
+    assert (sub.paused, sub.held) == (True, frozenset())
+    assert not PartitionLease.objects.exists()
+    keeper.rebalance(sub)
+    assert not PartitionLease.objects.exists()
+    PausedTopic.objects.filter(consumer_group="g").delete()
+    keeper.rebalance(sub)
+    assert (sub.paused, sub.held) == (False, frozenset({0, 1, 2}))
+
+
+def test_paused_worker_delivers_nothing_until_resumed():
+    from django_sqlqueue.models import PausedTopic
+
+    from .factories import PausedTopicFactory
+
+    topic = "w.paused"
+    PausedTopicFactory(consumer_group="g", topic=topic)
+    publish_many(topic, [{"payload": i, "key": K} for i in range(3)])
+    calls = Calls()
+    with running([spec(topic, "g", recorder(calls))]):
+        wait_until(lambda: SubscriberHeartbeat.objects.filter(topic=topic).exists())
+        time.sleep(0.5)
+        assert len(calls) == 0 and not PartitionLease.objects.filter(topic=topic).exists()
+        PausedTopic.objects.filter(consumer_group="g", topic=topic).delete()
+        wait_until(lambda: caught_up("g", topic), timeout=5, what="resumed consumption")
+    assert calls.list() == [(0, off, 1) for off in (1, 2, 3)]
+
+
+def test_worker_refuses_a_partition_count_other_than_the_registered_one():
+    from django_sqlqueue.worker import Worker
+
+    topic = "w.registered"
+    assert store().register_topic(topic, 4) == 4
+    worker = Worker([spec(topic, "g", lambda m: None)], name="w", conf=fast_conf(TOPICS={topic: {"partitions": 6}}))
+    with pytest.raises(ConfigurationError, match=r"registered with 4 partitions, but SQLQUEUE gives it 6 partitions"):
+        worker.register_topics()
+    assert store().registered_partitions(topic) == (True, 4)
+    per_key = Worker([spec(topic, "g", lambda m: None)], name="w", conf=fast_conf(TOPICS={topic: {"per_key": True}}))
+    with pytest.raises(ConfigurationError, match="one partition per key"):
+        per_key.register_topics()
+
+
+def test_per_key_topic_gives_every_key_its_own_partition():
+    topic = "w.perkey"
+    topics = {topic: {"per_key": True}}
+    keys = ["tenant-a", "tenant-b", "tenant-c"]
+    calls = Calls()
+    with override_settings(SQLQUEUE={"TOPICS": topics}):
+        published = publish_many(topic, [{"payload": i, "key": k} for i in range(4) for k in keys])
+        handler = spec(topic, "g", lambda m: calls.add((m.key, m.partition, m.payload)), batch_size=1)
+        with running([handler], conf=fast_conf(TOPICS=topics)):
+            wait_until(lambda: caught_up("g", topic), what="three keys")
+            # A key that appears while the worker runs is discovered too.
+            late = publish(topic, 9, key="tenant-new")
+            wait_until(lambda: caught_up("g", topic), what="the new key")
+    partitions = {m.key: m.partition for m in published}
+    assert len(set(partitions.values())) == 3
+    for k in keys:
+        assert [pl for key, p, pl in calls.list() if key == k] == [0, 1, 2, 3]
+        assert {p for key, p, _ in calls.list() if key == k} == {partitions[k]}
+        assert head(topic, partitions[k]) == 4
+    assert [(key, p) for key, p, pl in calls.list() if pl == 9] == [("tenant-new", late.partition)]

@@ -2,11 +2,15 @@
 
 Each call is recorded in ``Handled`` first; the payload then scripts the outcome:
 ``{"sleep": s}``, ``{"sleep_first": s}`` (attempt 1 only), ``{"sleep_in": {group: s}}``, ``{"fail": [groups]}``,
-``{"retry": [groups], "delay": s}``, ``{"reject": [groups]}``.
+``{"retry": [groups], "delay": s}``, ``{"reject": [groups]}``, ``{"fail_first": [groups]}`` (attempt 1 only).
+
+``proc.async`` is consumed by ``async def`` handlers (group ``async``) recording through
+the async ORM, with the same script.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -15,30 +19,30 @@ from django_sqlqueue import ReceivedMessage, Reject, Retry, consumer
 from .models import Handled
 
 WORKER = os.environ.get("SQLQUEUE_TEST_WORKER", f"pid{os.getpid()}")
+VISIBILITY_TIMEOUT = 4
 
 
 class ScriptedFailure(Exception):
     pass
 
 
-def behave(message: ReceivedMessage) -> None:
-    Handled.objects.create(
-        group=message.group,
-        topic=message.topic,
-        partition_key=message.partition_key,
-        offset=message.offset,
-        message_id=message.id,
-        attempt=message.attempt,
-        worker=WORKER,
-    )
-    script = message.payload if isinstance(message.payload, dict) else {}
-    if script.get("sleep_first") and message.attempt == 1:
-        time.sleep(script["sleep_first"])
-    if script.get("sleep"):
-        time.sleep(script["sleep"])
-    if message.group in script.get("sleep_in", {}):
-        time.sleep(script["sleep_in"][message.group])
-    if message.group in script.get("fail", ()):
+def _record(message: ReceivedMessage) -> dict:
+    return {
+        "group": message.group,
+        "topic": message.topic,
+        "partition": message.partition,
+        "key": message.key,
+        "offset": message.offset,
+        "message_id": message.id,
+        "attempt": message.attempt,
+        "worker": WORKER,
+    }
+
+
+def _outcome(message: ReceivedMessage, script: dict) -> None:
+    if message.group in script.get("fail", ()) or (
+        message.group in script.get("fail_first", ()) and message.attempt == 1
+    ):
         raise ScriptedFailure(f"scripted failure of {message.id} in {message.group}")
     if message.group in script.get("retry", ()):
         raise Retry(delay=script.get("delay", 30))
@@ -46,6 +50,28 @@ def behave(message: ReceivedMessage) -> None:
         raise Reject(f"poison message {message.id}")
 
 
+def behave(message: ReceivedMessage) -> None:
+    Handled.objects.create(**_record(message))
+    script = message.payload if isinstance(message.payload, dict) else {}
+    if script.get("sleep_first") and message.attempt == 1:
+        time.sleep(script["sleep_first"])
+    if script.get("sleep"):
+        time.sleep(script["sleep"])
+    if message.group in script.get("sleep_in", {}):
+        time.sleep(script["sleep_in"][message.group])
+    _outcome(message, script)
+
+
+async def behave_async(message: ReceivedMessage) -> None:
+    await Handled.objects.acreate(**_record(message))
+    script = message.payload if isinstance(message.payload, dict) else {}
+    if script.get("sleep"):
+        await asyncio.sleep(script["sleep"])
+        await message.aextend_visibility(VISIBILITY_TIMEOUT)
+    _outcome(message, script)
+
+
 for group in ("g1", "g2"):
     consumer("proc.events", group=group, batch_size=10, visibility_timeout=4, max_attempts=3)(behave)
 consumer("proc.strict", group="strict", batch_size=1, visibility_timeout=4)(behave)
+consumer("proc.async", group="async", batch_size=5, visibility_timeout=VISIBILITY_TIMEOUT, max_attempts=3)(behave_async)

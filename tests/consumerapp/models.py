@@ -6,7 +6,8 @@ class Handled(models.Model):
 
     group = models.CharField(max_length=100)
     topic = models.CharField(max_length=100)
-    partition_key = models.CharField(max_length=100)
+    partition = models.BigIntegerField()
+    key = models.CharField(max_length=128, blank=True, default="")
     offset = models.BigIntegerField()
     message_id = models.CharField(max_length=300)
     attempt = models.IntegerField()
@@ -15,3 +16,6 @@ class Handled(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.topic}[{self.partition}]@{self.offset} attempt {self.attempt} by {self.worker}"

@@ -1,0 +1,30 @@
+"""Small helpers of the Spark tests (real rows, real sequencer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_sqlqueue.models import Message
+from django_sqlqueue.publisher import publish_many
+from django_sqlqueue.sequencer import sequence
+
+
+def publish_sequenced(topic: str, count: int, *, keys: int = 5, prefix: str = "m", start: int = 0) -> None:
+    """Publish ``count`` keyed messages (``{"n": i}``) and number them."""
+    publish_many(
+        topic,
+        [{"payload": {"n": i}, "key": f"k{i % keys}", "id": f"{prefix}{i}"} for i in range(start, start + count)],
+    )
+    sequence(topic)
+
+
+def stored(topic: str) -> list[dict[str, Any]]:
+    """The topic's messages as dicts (id, key, partition, offset, payload), by id."""
+    return sorted(
+        Message.objects.filter(topic=topic).values("id", "key", "partition", "offset", "payload"),
+        key=lambda m: m["id"],
+    )
+
+
+def reader(spark: Any, options: dict[str, str], topic: str, **extra: str) -> Any:
+    return spark.read.format("sqlqueue").options(**options).option("topic", topic).options(**extra).load()

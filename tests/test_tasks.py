@@ -1,0 +1,383 @@
+"""The django.tasks contract on SQLQueueBackend (Django 6's django.tasks, or the backport on 5.2).
+
+Real database, real Worker threads (the same code runconsumer runs); the process-level
+claims (kill -9, several workers) are in tests/test_tasks_processes.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.utils import timezone
+
+from django_sqlqueue.exceptions import ConfigurationError, InvalidMessage
+from django_sqlqueue.models import Message
+from django_sqlqueue.task_models import TaskResultRecord
+from django_sqlqueue.tasks import enqueue_in_order, ordering_key
+from django_sqlqueue.tasks.compat import (
+    BUILTIN,
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from tests.task_helpers import running_worker, task_settings, wait_until
+from tests.taskapp import tasks
+from tests.taskapp.models import Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _tasks_configured() -> Iterator[None]:
+    with task_settings():
+        yield
+
+
+@pytest.fixture
+def signals() -> Iterator[list[tuple[str, Any]]]:
+    received: list[tuple[str, Any]] = []
+    handlers = {
+        "enqueued": lambda sender, task_result, **kw: received.append(("enqueued", task_result)),
+        "started": lambda sender, task_result, **kw: received.append(("started", task_result)),
+        "finished": lambda sender, task_result, **kw: received.append(("finished", task_result)),
+    }
+    task_enqueued.connect(handlers["enqueued"], weak=False)
+    task_started.connect(handlers["started"], weak=False)
+    task_finished.connect(handlers["finished"], weak=False)
+    yield received
+    task_enqueued.disconnect(handlers["enqueued"])
+    task_started.disconnect(handlers["started"])
+    task_finished.disconnect(handlers["finished"])
+
+
+def finished(result: Any, timeout: float = 20) -> Any:
+    def done() -> Any:
+        fresh = tasks.add.get_backend().get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    return wait_until(done, timeout, f"task {result.id} to finish")
+
+
+def test_which_django_tasks() -> None:
+    import django
+
+    assert (django.VERSION >= (6, 0)) == BUILTIN
+
+
+# -- enqueue -------------------------------------------------------------------------------
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_nothing(signals: list[Any]) -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        result = tasks.add.enqueue(1, 2)
+        assert Message.objects.filter(topic="tasks.default", id=result.id).exists()  # visible inside
+        raise Boom
+    assert not Message.objects.filter(topic="tasks.default").exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(result.id)
+    assert signals == []  # task_enqueued fires on commit only
+
+
+def test_enqueue_commits_with_the_callers_transaction(signals: list[Any]) -> None:
+    with transaction.atomic():
+        result = tasks.add.enqueue(1, 2)
+        assert signals == []
+    assert [name for name, _ in signals] == ["enqueued"]
+    assert signals[0][1].id == result.id
+    message = Message.objects.get(topic="tasks.default", id=result.id)
+    assert message.payload == {
+        "task": "tests.taskapp.tasks.add",
+        "args": [1, 2],
+        "kwargs": {},
+        "backend": "default",
+        "queue_name": "default",
+    }
+    fresh = tasks.add.get_result(result.id)
+    assert fresh.status == TaskResultStatus.READY
+    assert (fresh.args, fresh.kwargs, fresh.attempts, fresh.errors) == ([1, 2], {}, 0, [])
+    with pytest.raises(ValueError, match="not finished"):
+        _ = fresh.return_value
+
+
+def test_queue_names_map_to_topics() -> None:
+    result = tasks.add.using(queue_name="other").enqueue(3, 4)
+    assert Message.objects.filter(topic="tasks.other", id=result.id).exists()
+    assert tasks.add.get_backend().topics() == {"default": "tasks.default", "other": "tasks.other"}
+
+
+def test_run_after_defers_the_task() -> None:
+    later = timezone.now() + dt.timedelta(seconds=2)
+    result = tasks.add.using(run_after=later).enqueue(5, 6)
+    message = Message.objects.get(topic="tasks.default", id=result.id)
+    assert abs((message.deliver_at - later).total_seconds()) < 0.01
+    with running_worker():
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.started_at >= later - dt.timedelta(milliseconds=50)
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+def test_get_result_after_success_and_signals(signals: list[Any]) -> None:
+    result = tasks.add.enqueue(2, 3)
+    with running_worker():
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == 5
+    assert done.attempts == 1 and len(done.worker_ids) == 1
+    assert done.enqueued_at <= done.started_at <= done.finished_at
+    assert done.errors == []
+    names = [name for name, r in signals if r.id == result.id]
+    assert names == ["enqueued", "started", "finished"]
+    started = next(r for name, r in signals if name == "started")
+    assert started.status == TaskResultStatus.RUNNING
+    assert signals[-1][1].status == TaskResultStatus.SUCCESSFUL
+
+
+def test_aget_result() -> None:
+    from asgiref.sync import async_to_sync
+
+    result = tasks.add.enqueue(1, 1)
+    fresh = async_to_sync(tasks.add.aget_result)(result.id)
+    assert fresh.id == result.id and fresh.status == TaskResultStatus.READY
+
+
+def test_async_task_and_context() -> None:
+    first = tasks.async_add.enqueue(20, 22)
+    second = tasks.attempt_number.enqueue("ctx")
+    with running_worker():
+        a, b = finished(first), finished(second)
+    assert a.return_value == 42
+    assert b.return_value == 1
+
+
+def test_retry_then_success_records_every_error(signals: list[Any]) -> None:
+    result = tasks.flaky.enqueue("flaky", 2)
+    with running_worker():
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == "ok"
+    assert done.attempts == 3
+    assert [e.exception_class_path for e in done.errors] == ["builtins.ValueError"] * 2
+    assert "planned failure" in done.errors[0].traceback and "Traceback" in done.errors[0].traceback
+    assert Run.objects.filter(label="flaky").count() == 3
+    # task_finished once, for the final outcome; task_started per attempt.
+    assert [n for n, r in signals if r.id == result.id].count("started") == 3
+    assert [n for n, r in signals if r.id == result.id].count("finished") == 1
+
+
+def test_dead_letter_after_max_attempts() -> None:
+    result = tasks.always_fails.enqueue("doomed")
+    with running_worker():
+        done = finished(result)
+        wait_until(
+            lambda: Message.objects.filter(topic="tasks.default_dlq", id=f"tasks:{result.id}").exists(),
+            10,
+            "the dead letter",
+        )
+    assert done.status == TaskResultStatus.FAILED
+    assert done.attempts == 3  # OPTIONS MAX_ATTEMPTS
+    assert len(done.errors) == 3
+    assert done.errors[-1].exception_class is RuntimeError
+    with pytest.raises(ValueError, match="failed"):
+        _ = done.return_value
+    dead = Message.objects.get(topic="tasks.default_dlq", id=f"tasks:{result.id}")
+    assert dead.original_topic == "tasks.default" and dead.failure_count == 3
+    assert dead.payload["task"] == "tests.taskapp.tasks.always_fails"
+    assert Run.objects.filter(label="doomed").count() == 3
+
+
+def test_ordering_key_runs_tasks_of_one_key_in_enqueue_order() -> None:
+    with ordering_key("order:7"):
+        results = [tasks.keyed.enqueue("keyed", "order:7", i) for i in range(20)]
+    results.append(enqueue_in_order(tasks.keyed, "order:7", "keyed", "order:7", 20))
+    keys = set(
+        Message.objects.filter(topic="tasks.default", id__in=[r.id for r in results]).values_list("key", "partition")
+    )
+    assert len(keys) == 1 and next(iter(keys))[0] == "order:7"
+    with running_worker(concurrency=4):
+        for r in results:
+            finished(r)
+    assert list(Run.objects.filter(label="keyed").order_by("started", "id").values_list("seq", flat=True)) == list(
+        range(21)
+    )
+
+
+def test_a_finished_task_is_not_run_again_when_redelivered() -> None:
+    result = tasks.add.enqueue(1, 2)
+    with running_worker():
+        finished(result)
+    from django_sqlqueue.consumers import ReceivedMessage
+    from django_sqlqueue.tasks.execution import TaskHandler
+
+    # The delivery a worker would make if it died after writing the result, before the ack.
+    redelivery = ReceivedMessage(
+        topic="tasks.default",
+        key="",
+        partition=0,
+        offset=1,
+        id=result.id,
+        payload={
+            "task": "tests.taskapp.tasks.add",
+            "args": [1, 2],
+            "kwargs": {},
+            "backend": "default",
+            "queue_name": "default",
+        },
+        metadata={},
+        attempt=2,
+        created_at=timezone.now(),
+        deliver_at=timezone.now(),
+        group="tasks",
+    )
+    TaskHandler("default", 3)(redelivery)
+    assert Run.objects.filter(label="add").count() == 1
+    assert tasks.add.get_result(result.id).attempts == 1
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+def test_priorities_are_refused() -> None:
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.add.using(priority=10)
+
+
+def test_unknown_queue_is_refused() -> None:
+    with pytest.raises(InvalidTask, match="nope"):
+        tasks.add.using(queue_name="nope")
+
+
+def test_naive_run_after_is_refused() -> None:
+    with pytest.raises(InvalidTask, match="aware"):
+        tasks.add.using(run_after=dt.datetime(2030, 1, 1))
+
+
+def test_non_json_arguments_are_refused_and_nothing_is_stored() -> None:
+    with pytest.raises(TypeError):
+        tasks.add.enqueue(object(), 1)
+    assert not Message.objects.filter(topic="tasks.default").exists()
+
+
+def test_a_bad_ordering_key_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="empty"), ordering_key(""):
+        pass
+
+
+def test_non_module_level_function_is_refused() -> None:
+    try:
+        from django.tasks import task
+    except ImportError:
+        from django_tasks import task  # type: ignore[no-redef]
+
+    def local() -> None:
+        pass
+
+    with pytest.raises(InvalidTask, match="module level"):
+        task()(local)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"BOGUS": 1}, "unknown key"),
+        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
+        ({"TOPIC_PREFIX": "bad prefix "}, "TOPIC_PREFIX"),
+        ({"STRICT": True, "BATCH_SIZE": 5}, "STRICT"),
+    ],
+)
+def test_bad_options_raise_configuration_error(options: dict[str, Any], match: str) -> None:
+    from django_sqlqueue.tasks.backend import SQLQueueBackend
+
+    with pytest.raises(ConfigurationError, match=match):
+        SQLQueueBackend("default", {"QUEUES": ["default"], "OPTIONS": options})
+
+
+def test_bad_queue_name_raises_configuration_error() -> None:
+    from django_sqlqueue.tasks.backend import SQLQueueBackend
+
+    with pytest.raises(ConfigurationError, match="characters outside"):
+        SQLQueueBackend("default", {"QUEUES": ["has space"], "OPTIONS": {}})
+
+
+# -- pruning -------------------------------------------------------------------------------
+
+
+def test_prune_deletes_old_finished_results_only(capsys: pytest.CaptureFixture[str]) -> None:
+    done = tasks.add.enqueue(1, 1)
+    waiting = tasks.add.using(run_after=timezone.now() + dt.timedelta(hours=1)).enqueue(2, 2)
+    with running_worker():
+        finished(done)
+    TaskResultRecord.objects.filter(id=done.id).update(finished_at=timezone.now() - dt.timedelta(days=8))
+    TaskResultRecord.objects.create(
+        id="running-old",
+        backend="default",
+        queue_name="default",
+        topic="tasks.default",
+        task_path="tests.taskapp.tasks.add",
+        status="RUNNING",
+        started_at=timezone.now() - dt.timedelta(days=9),
+    )
+    call_command("queue_prune_task_results", "--dry-run")
+    assert "would delete 1" in capsys.readouterr().out
+    assert TaskResultRecord.objects.filter(id=done.id).exists()
+    call_command("queue_prune_task_results")
+    assert "deleted 1" in capsys.readouterr().out
+    assert not TaskResultRecord.objects.filter(id=done.id).exists()
+    assert TaskResultRecord.objects.filter(id="running-old").exists()
+    assert tasks.add.get_result(waiting.id).status == TaskResultStatus.READY
+
+
+def test_retrying_a_dead_letter_reruns_the_task_under_the_same_result() -> None:
+    from django_sqlqueue.tasks.replay import retry_dead_task
+
+    result = tasks.flaky.enqueue("second-chance", 3)  # fails 3 times = MAX_ATTEMPTS, then would succeed
+    with running_worker():
+        assert finished(result).status == TaskResultStatus.FAILED
+        dead = wait_until(
+            lambda: Message.objects.filter(topic="tasks.default_dlq", id=f"tasks:{result.id}").first(),
+            10,
+            "dead letter",
+        )
+        retry_dead_task(dead)
+        assert not Message.objects.filter(topic="tasks.default_dlq").exists()
+        assert tasks.flaky.get_result(result.id).status == TaskResultStatus.READY
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.attempts == 4 and len(done.errors) == 3
+    with pytest.raises(InvalidMessage, match="already retried"):
+        retry_dead_task(dead)
+
+
+def test_the_consoles_replay_of_a_failed_task_reruns_it_under_the_same_result() -> None:
+    """Failed tasks are dead letters: the console's replay (ops.replay) retries them like messages."""
+    from django_sqlqueue import ops
+
+    result = tasks.flaky.enqueue("console-replay", 3)  # fails 3 times = MAX_ATTEMPTS, then would succeed
+    with running_worker():
+        assert finished(result).status == TaskResultStatus.FAILED
+        dead = wait_until(
+            lambda: Message.objects.filter(topic="tasks.default_dlq", id=f"tasks:{result.id}").first(),
+            10,
+            "dead letter",
+        )
+        listed = ops.list_dead_letters(ops.DeadLetterFilter(topic="tasks.default")).items
+        assert [d.seq for d in listed] == [dead.seq]
+        assert ops.replay([dead.seq], actor="admin").done == 1
+        assert ops.replay([dead.seq], actor="admin").done == 0  # once, even if clicked twice
+        assert tasks.flaky.get_result(result.id).status == TaskResultStatus.READY
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.attempts == 4 and len(done.errors) == 3

@@ -1,0 +1,142 @@
+"""Task backend, schedules and --concurrency with real runconsumer processes (slow).
+
+- kill -9 of a worker in the middle of a task: another worker runs it again;
+- a schedule firing every second, with 3 workers: each tick fires once, none is missed;
+- ``--concurrency 8`` with a 50 ms I/O-bound handler handles >= 6x the messages/s of
+  ``--concurrency 1``, and every partition's messages are handled in offset order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_sqlqueue import publish_many
+from django_sqlqueue.models import Message
+from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.task_models import TaskResultRecord
+from django_sqlqueue.tasks.compat import TaskResultStatus
+from tests.processes import ConsumerProcess
+from tests.task_helpers import task_settings, wait_until
+from tests.taskapp import tasks
+from tests.taskapp.consumers import CONC_GROUP, CONC_TOPIC
+from tests.taskapp.models import Run
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _tasks_configured() -> Iterator[None]:
+    with task_settings():
+        yield
+
+
+@pytest.fixture
+def runconsumer(runconsumer: Callable[..., ConsumerProcess]) -> Callable[..., ConsumerProcess]:
+    """``runconsumer`` processes (conftest) with the task test app's settings."""
+    return lambda name, *args, **kwargs: runconsumer(name, *args, settings="tests.taskapp.process_settings", **kwargs)
+
+
+def test_kill_9_mid_task_runs_it_again_on_another_worker(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    env = {"TSK_VISIBILITY_TIMEOUT": "2"}
+    first = runconsumer("tsk-a", "--group", "tasks", env=env)
+    result = tasks.sleepy.enqueue("nap", 1.5)
+    wait_until(lambda: Run.objects.filter(label="nap:start").exists(), 20, "the task to start", 0.05)
+    first.kill9()
+    assert not Run.objects.filter(label="nap").exists()  # killed before it finished
+    second = runconsumer("tsk-b", "--group", "tasks", env=env)
+
+    def done() -> Any:
+        fresh = tasks.sleepy.get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    finished = wait_until(done, 30, "the task to be run again")
+    assert finished.status == TaskResultStatus.SUCCESSFUL, second.log()
+    assert finished.attempts == 2
+    starts = list(Run.objects.filter(label="nap:start").values_list("pid", flat=True))
+    assert starts == [first.pid, second.pid]
+    assert list(Run.objects.filter(label="nap").values_list("pid", flat=True)) == [second.pid]
+    assert second.terminate() == 0
+
+
+def test_a_schedule_fires_each_tick_once_with_three_workers(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    env = {"TSK_SCHEDULE": "1"}
+    workers = [runconsumer(f"tsk-s{i}", "--group", "tasks", env=env) for i in range(3)]
+    wait_until(lambda: Run.objects.filter(label="tick").count() >= 6, 30, "six ticks run")
+    time.sleep(1.5)
+    for w in workers:
+        assert w.terminate() == 0, w.log()
+    # Every tick of the task schedule was enqueued once (deterministic result ids) and run once.
+    ticks = sorted(
+        TaskResultRecord.objects.filter(id__startswith="schedule:tsk-every-second:").values_list("id", flat=True)
+    )
+    assert len(ticks) >= 6
+    assert Run.objects.filter(label="tick").count() == len(ticks)
+    assert all(
+        r.status == TaskResultStatus.SUCCESSFUL and len(r.worker_ids) == 1
+        for r in TaskResultRecord.objects.filter(id__in=ticks)
+    )
+    _assert_consecutive_seconds(ticks)
+    # The message schedule: one message per tick, consecutive.
+    messages = sorted(Message.objects.filter(topic="tsk.ticks").values_list("id", flat=True))
+    assert len(messages) >= 6
+    _assert_consecutive_seconds(messages)
+    # And the firing was spread: more than one worker fired ticks (not required, but expected).
+    fired_by = {w.name for w in workers if "fired tick" in w.log()}
+    assert fired_by, "no worker logged a fired tick"
+
+
+def _assert_consecutive_seconds(ids: list[str]) -> None:
+    import datetime as dt
+
+    # ids are "schedule:<name>:<tick>", tick as 2026-01-01T03:00:00Z
+    stamps = [dt.datetime.strptime(i.split(":", 2)[2], "%Y-%m-%dT%H:%M:%SZ") for i in ids]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
+    assert gaps and all(g == 1 for g in gaps), (ids, gaps)
+
+
+def _keys_for_partitions(n: int) -> list[str]:
+    keys: dict[int, str] = {}
+    i = 0
+    while len(keys) < n:
+        keys.setdefault(partition_for(f"k{i}", n), f"k{i}")
+        i += 1
+    return [keys[p] for p in range(n)]
+
+
+def _throughput(runconsumer: Callable[..., ConsumerProcess], run: str, concurrency: int, per_partition: int) -> float:
+    keys = _keys_for_partitions(8)
+    publish_many(
+        CONC_TOPIC,
+        [{"payload": {"run": run, "seq": s}, "key": k} for s in range(per_partition) for k in keys],
+    )
+    total = per_partition * len(keys)
+    worker = runconsumer(f"tsk-{run}", "--group", CONC_GROUP, "--concurrency", str(concurrency))
+    wait_until(lambda: Run.objects.filter(label=run).count() >= total, 120, f"{total} messages handled ({run})", 0.2)
+    assert worker.terminate() == 0, worker.log()
+    rows = list(Run.objects.filter(label=run).values_list("key", "seq", "started", "finished"))
+    assert len(rows) == total  # each once
+    by_partition: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for partition, seq, started, _ in rows:
+        by_partition[partition].append((started, seq))
+    assert len(by_partition) == 8
+    for partition, runs in by_partition.items():
+        seqs = [seq for _, seq in sorted(runs)]
+        assert seqs == list(range(per_partition)), f"partition {partition} out of order: {seqs}"
+    span = max(r[3] for r in rows) - min(r[2] for r in rows)
+    return total / span
+
+
+def test_concurrency_8_handles_six_times_the_messages_of_concurrency_1(
+    runconsumer: Callable[..., ConsumerProcess],
+) -> None:
+    one = _throughput(runconsumer, "c1", 1, per_partition=8)  # 64 messages, ~3.5 s
+    eight = _throughput(runconsumer, "c8", 8, per_partition=60)  # 480 messages, ~3.5 s
+    print(f"\nconcurrency 1: {one:.1f} msg/s; concurrency 8: {eight:.1f} msg/s; ratio {eight / one:.2f}")
+    assert one < 21  # 50 ms per message, one at a time
+    assert eight >= 6 * one
