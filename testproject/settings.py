@@ -82,11 +82,7 @@ DATABASES = {"default": database_config(env.str("DATABASE_URL", default=f"sqlite
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Every key may be overridden from the environment (SQLQUEUE_<KEY>), e.g. by the demo.
-SQLQUEUE = {
-    key: env.float(f"SQLQUEUE_{key}")
-    for key in DURATION_KEYS
-    if f"SQLQUEUE_{key}" in env
-}
+SQLQUEUE = {key: env.float(f"SQLQUEUE_{key}") for key in DURATION_KEYS if f"SQLQUEUE_{key}" in env}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

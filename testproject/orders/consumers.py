@@ -23,11 +23,11 @@ def charge(message: ReceivedMessage) -> None:
     if order["customer"] == "mallory":
         raise CardDeclined(f"card of {order['customer']} declined for order {order['order_id']}")
     logger.info(
-        "billing: charged order %s (%s, %s) partition=%s offset=%d attempt=%d",
+        "billing: charged order %s (%s, %s) partition=%d offset=%d attempt=%d",
         order["order_id"],
         order["customer"],
         order["total"],
-        message.partition_key,
+        message.partition,
         message.offset,
         message.attempt,
     )

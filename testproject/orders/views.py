@@ -44,10 +44,10 @@ def create_order(request: HttpRequest) -> JsonResponse:
         message = publish(
             TOPIC,
             {"order_id": order.pk, "customer": customer, "total": total},
-            partition_key=customer,  # one customer's events stay in order
+            key=customer,  # one customer's events stay in order
             id=f"order-{order.pk}",
         )
-    return JsonResponse({"order_id": order.pk, "offset": message.offset, "message_id": message.id}, status=201)
+    return JsonResponse({"order_id": order.pk, "partition": message.partition, "message_id": message.id}, status=201)
 
 
 @csrf_exempt
@@ -61,7 +61,7 @@ def create_order_then_fail(request: HttpRequest) -> JsonResponse:
     try:
         with transaction.atomic():
             order = Order.objects.create(customer=customer, total=total)
-            publish(TOPIC, {"order_id": order.pk, "customer": customer, "total": total}, partition_key=customer)
+            publish(TOPIC, {"order_id": order.pk, "customer": customer, "total": total}, key=customer)
             raise PaymentDeclined(f"card of {customer} declined")
     except PaymentDeclined as exc:
         return JsonResponse({"error": str(exc), "rolled_back": True}, status=402)

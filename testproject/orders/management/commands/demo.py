@@ -75,11 +75,11 @@ class Command(BaseCommand):
         try:
             self.watch(options["timeout"])
             self.section("5. leases: each worker holds its fair share")
-            for lease in PartitionLease.objects.filter(consumer_group="billing").order_by("partition_key"):
-                self.stdout.write(f"  billing {lease.topic}[{lease.partition_key}] leased by {lease.leased_by}")
+            for lease in PartitionLease.objects.filter(consumer_group="billing").order_by("partition"):
+                self.stdout.write(f"  billing {lease.topic}[{lease.partition}] leased by {lease.leased_by}")
         finally:
             self.section("6. SIGTERM: workers finish the message in hand, release leases, deregister")
-            for process, log in workers:
+            for process, _log in workers:
                 if process.poll() is None:
                     process.send_signal(signal.SIGTERM)
             for process, log in workers:
@@ -90,7 +90,7 @@ class Command(BaseCommand):
         self.stdout.write(f"  leases left: {PartitionLease.objects.count()}")
 
         self.section(f"7. the dead letter in {TOPIC}_dlq")
-        for dead in Message.objects.filter(topic=f"{TOPIC}_dlq").order_by("partition_key", "offset"):
+        for dead in Message.objects.filter(topic=f"{TOPIC}_dlq").order_by("seq"):
             self.stdout.write(
                 f"  id={dead.id} original_topic={dead.original_topic} failures={dead.failure_count}\n"
                 f"  payload={json.dumps(dead.payload)}\n  last_error={dead.last_error.splitlines()[0]}"
@@ -100,7 +100,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS("\ndemo finished"))
 
     def start_worker(self, name: str):
-        log = tempfile.NamedTemporaryFile(prefix=f"demo-{name}-", suffix=".log", delete=False)
+        # Stays open while the worker writes to it; read back when the worker exits.
+        log = tempfile.NamedTemporaryFile(prefix=f"demo-{name}-", suffix=".log", delete=False)  # noqa: SIM115
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runconsumer", "--name", name, "-v", "1"],
             cwd=ROOT,
