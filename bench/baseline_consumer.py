@@ -4,6 +4,10 @@ One process, raw mysqlclient, READ COMMITTED, no Django, no leases: it owns the 
 given on the command line (static assignment) and, for each of them in turn, does what
 ``docs/benchmarks.md`` calls a batch:
 
+0. if messages of its partitions wait for an offset (published append-only, ``offset IS
+   NULL``): number them as the engine's sequencer does, in one transaction: lock the head rows
+   (``FOR UPDATE``), read up to 2,000 unsequenced ``seq`` per partition, ``UPDATE`` their
+   offsets with one ``CASE``, ``UPDATE`` the heads, ``COMMIT``;
 1. ``SELECT`` up to ``--batch-size`` messages above the watermark (a range read of the log's
    clustered primary key) and decode their JSON payloads;
 2. ``INSERT`` their delivery-state rows (in flight, visible again in 30 s) as one multi-row
@@ -41,10 +45,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=3306)
     parser.add_argument("--user", default="sqlqueue")
     parser.add_argument("--password", default="sqlqueue")
-    parser.add_argument("--database", default="sqlqueue_bench")
+    parser.add_argument("--database", default="sqlqueue_bench7")
     parser.add_argument("--topic", default="bench.drain")
     parser.add_argument("--group", default="bench")
-    parser.add_argument("--partitions", required=True, help="comma-separated partition keys owned by this process")
+    parser.add_argument(
+        "--partitions", required=True, help="comma-separated partitions (integers) owned by this process"
+    )
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--poll-interval", type=float, default=0.01)
     parser.add_argument("--latency-dir", help="record end-to-end latency of every message in this directory")
@@ -73,33 +79,84 @@ def main() -> None:
     conn.autocommit(False)
 
     topic, group, limit = args.topic, args.group, args.batch_size
-    keys = sorted(k for k in args.partitions.split(",") if k)
-    # Watermark rows: created at 0 if missing (the partition may not exist yet).
+    keys = sorted(int(k) for k in args.partitions.split(",") if k)
+    in_keys = ", ".join(["%s"] * len(keys))
+    # Watermark and head rows: created at 0 if missing (the partition may not exist yet).
     for key in keys:
         cur.execute(
-            "INSERT IGNORE INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) "
+            "INSERT IGNORE INTO queue_offsets (consumer_group, topic, `partition`, offset_acked, updated_at) "
             "VALUES (%s, %s, %s, 0, UTC_TIMESTAMP(6))",
             (group, topic, key),
+        )
+        cur.execute(
+            "INSERT IGNORE INTO queue_partitions (topic, `partition`, head_offset, created_at) "
+            "VALUES (%s, %s, 0, UTC_TIMESTAMP(6))",
+            (topic, key),
         )
     conn.commit()
     marks = {}
     cur.execute(
-        "SELECT partition_key, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s "
-        f"AND partition_key IN ({', '.join(['%s'] * len(keys))})",
+        "SELECT `partition`, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s "
+        f"AND `partition` IN ({in_keys})",
         (group, topic, *keys),
     )
     for key, acked in cur.fetchall():
         marks[key] = int(acked)
     conn.commit()
 
-    heads_sql = (
-        "SELECT partition_key, head_offset FROM queue_partitions WHERE topic = %s "
-        f"AND partition_key IN ({', '.join(['%s'] * len(keys))})"
-    )
+    heads_sql = f"SELECT `partition`, head_offset FROM queue_partitions WHERE topic = %s AND `partition` IN ({in_keys})"
     fetch_sql = (
-        "SELECT `offset`, id, payload, metadata FROM queue_messages WHERE topic = %s AND partition_key = %s "
+        "SELECT `offset`, id, payload, metadata FROM queue_messages WHERE topic = %s AND `partition` = %s "
         f"AND `offset` > %s ORDER BY `offset` LIMIT {int(limit)}"
     )
+    # NULL offsets sort first in the (topic, partition, offset) index: a short range read each.
+    waiting_sql = (
+        "SELECT DISTINCT `partition` FROM queue_messages WHERE topic = %s "
+        f"AND `partition` IN ({in_keys}) AND `offset` IS NULL"
+    )
+
+    def sequence() -> None:
+        """Number committed unsequenced messages of our partitions (one short transaction)."""
+        cur.execute(waiting_sql, (topic, *keys))
+        waiting = sorted(int(r[0]) for r in cur.fetchall())
+        if not waiting:
+            conn.commit()
+            return
+        in_waiting = ", ".join(["%s"] * len(waiting))
+        cur.execute(
+            f"SELECT `partition`, head_offset FROM queue_partitions WHERE topic = %s AND `partition` IN ({in_waiting}) "
+            "ORDER BY `partition` FOR UPDATE",
+            (topic, *waiting),
+        )
+        heads = {int(p): int(h) for p, h in cur.fetchall()}
+        cases: list = []
+        seqs: list = []
+        new_heads = {}
+        for part in waiting:
+            cur.execute(
+                "SELECT seq FROM queue_messages WHERE topic = %s AND `partition` = %s AND `offset` IS NULL "
+                "ORDER BY seq LIMIT 2000",
+                (topic, part),
+            )
+            offset = heads[part]
+            for (seq,) in cur.fetchall():
+                offset += 1
+                cases += [seq, offset]
+                seqs.append(seq)
+            new_heads[part] = offset
+        if seqs:
+            cur.execute(
+                f"UPDATE queue_messages SET `offset` = CASE seq {' '.join(['WHEN %s THEN %s'] * len(seqs))} END "
+                f"WHERE seq IN ({', '.join(['%s'] * len(seqs))})",
+                (*cases, *seqs),
+            )
+            for part, head in new_heads.items():
+                cur.execute(
+                    "UPDATE queue_partitions SET head_offset = %s WHERE topic = %s AND `partition` = %s",
+                    (head, topic, part),
+                )
+        conn.commit()
+
     out = None
     if args.latency_dir:
         os.makedirs(args.latency_dir, exist_ok=True)
@@ -108,6 +165,7 @@ def main() -> None:
     handled = batches = 0
     started = time.monotonic()
     while not stop:
+        sequence()
         cur.execute(heads_sql, (topic, *keys))
         heads = {k: int(h) for k, h in cur.fetchall()}
         conn.commit()
@@ -126,7 +184,7 @@ def main() -> None:
             values = ", ".join(["(%s, %s, %s, %s, FALSE, UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, 0, 1)"] * len(messages))
             params = [v for m in messages for v in (group, topic, key, m[0])]
             cur.execute(
-                "INSERT INTO queue_delivery_state (consumer_group, topic, partition_key, message_offset, acked, "
+                "INSERT INTO queue_delivery_state (consumer_group, topic, `partition`, message_offset, acked, "
                 f"invisible_until, retry_count, status) VALUES {values} ON DUPLICATE KEY UPDATE "
                 "invisible_until = VALUES(invisible_until), status = VALUES(status)",
                 params,
@@ -143,13 +201,13 @@ def main() -> None:
             full = full or len(messages) >= limit
             new = messages[-1][0]
             cur.execute(
-                "DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND partition_key = %s "
+                "DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND `partition` = %s "
                 "AND message_offset <= %s",
                 (group, topic, key, new),
             )
             cur.execute(
                 "UPDATE queue_offsets SET offset_acked = %s, updated_at = UTC_TIMESTAMP(6) "
-                "WHERE consumer_group = %s AND topic = %s AND partition_key = %s",
+                "WHERE consumer_group = %s AND topic = %s AND `partition` = %s",
                 (new, group, topic, key),
             )
             conn.commit()

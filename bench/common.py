@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_bench")
+BENCH_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_bench7")
 
 
 def setup_django() -> None:
@@ -45,6 +45,8 @@ def truncate_queue() -> None:
 
     with connection.cursor() as cursor:
         for model in apps.get_app_config("django_sqlqueue").get_models():
+            if not model._meta.managed:  # the console's placeholder has no table
+                continue
             cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
 
 
@@ -65,6 +67,21 @@ def raw_connection():
     conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     conn.autocommit(False)
     return conn
+
+
+def key_for_partition(partition: int, partitions: int, prefix: str = "k") -> str:
+    """The first key ``<prefix><i>`` that hashes to ``partition`` (CRC-32, as the engine does)."""
+    import zlib
+
+    i = 0
+    while zlib.crc32(f"{prefix}{i}".encode()) % partitions != partition:
+        i += 1
+    return f"{prefix}{i}"
+
+
+def partition_keys(partitions: int, prefix: str = "k") -> list[str]:
+    """One key per partition: ``keys[p]`` hashes to partition ``p``."""
+    return [key_for_partition(p, partitions, prefix) for p in range(partitions)]
 
 
 def best_rate(fn: Callable[[], int], repeat: int = 3) -> tuple[float, list[float]]:

@@ -8,10 +8,15 @@ Everything runs against a dedicated, freshly migrated database (``sqlqueue_bench
 ``manage.py runconsumer`` subprocesses with ``DJANGO_SETTINGS_MODULE=bench.settings``
 (consumers in ``bench/benchapp/consumers.py``), stopped with SIGTERM (graceful drain).
 
-**Drain.** N messages over P partitions (``p0``..``p{P-1}``) of topic ``bench.drain``; K
-workers of group ``bench`` consume them with a no-op handler, batch size 100. Done means
-every partition's watermark (``queue_offsets.offset_acked``) equals its head
-(``queue_partitions.head_offset``), polled every 20 ms from this process. Two modes:
+**Drain.** N messages over P partitions (integers 0..P-1, ``SQLQUEUE["TOPICS"]`` in
+``bench/settings.py``, ``BENCH_PARTITIONS``) of topic ``bench.drain``: message i has the key
+``keys[i % P]``, one key per partition chosen so that it hashes (CRC-32) to that partition, so
+every partition gets N/P messages. K workers of group ``bench`` consume them with a no-op
+handler, batch size 100. Messages are published without offsets; the workers' polls sequence
+them. Done means no message of the topic waits for an offset (``offset IS NULL``), the heads
+sum to N (plus warm-up) and every partition's watermark (``queue_offsets.offset_acked``)
+equals its head (``queue_partitions.head_offset``), polled every 20 ms from this process.
+Two modes:
 
 - *cold*: publish N (``publish_many``, 1,000 per call), then start the K workers. Reported
   twice: ``wall`` = N / (done - spawn), which includes Python + Django start-up, the first
@@ -24,14 +29,15 @@ every partition's watermark (``queue_offsets.offset_acked``) equals its head
 
 The baseline, run interleaved with the queue in the same modes against the same tables, is
 ``bench/baseline_consumer.py``: K raw-mysqlclient processes with a static partition split and no
-leases, doing per partition SELECT 100 -> upsert delivery rows + COMMIT -> no-op -> DELETE
-rows + UPDATE watermark + COMMIT. It is "the limit" for that shape of work; the tables show
+leases, doing per partition (after a hand-written sequencing transaction when unsequenced
+messages exist) SELECT 100 -> upsert delivery rows + COMMIT -> no-op -> DELETE rows + UPDATE
+watermark + COMMIT. It is "the limit" for that shape of work; the tables show
 queue / baseline.
 
 **Latency.** Two workers on ``bench.latency``; after a warm-up (partitions exist, leases
 balanced) this process publishes ``rate`` messages/s for ``seconds`` with ``publish()`` (one
-message and one commit per call, paced on a monotonic-clock schedule, round-robin over P
-partitions), payload ``{"t": time.time()}``. Handlers write ``time.time() - t`` to per-process
+message and one commit per call, paced on a monotonic-clock schedule, keys round-robin over
+the P per-partition keys), payload ``{"t": time.time()}``. Handlers write ``time.time() - t`` to per-process
 files; after the drain and SIGTERM they are read back and summarised (p50/p95/p99/max).
 """
 
@@ -55,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-from bench.common import BENCH_URL, raw_connection, setup_django, truncate_queue  # noqa: E402
+from bench.common import BENCH_URL, partition_keys, raw_connection, setup_django, truncate_queue  # noqa: E402
 
 GROUP = "bench"
 DRAIN_TOPIC = "bench.drain"
@@ -166,7 +172,7 @@ class Procs:
         argv = [PYTHON, "manage.py", "runconsumer", "--group", GROUP, "--topic", topic, "--name", name]
         return self._spawn(name, argv, env)
 
-    def baseline(self, name: str, keys: list[str], batch_size: int, topic: str = DRAIN_TOPIC, *extra: str) -> Proc:
+    def baseline(self, name: str, parts: list[int], batch_size: int, topic: str = DRAIN_TOPIC, *extra: str) -> Proc:
         import environ
 
         cfg = environ.Env.db_url_config(BENCH_URL)
@@ -176,7 +182,7 @@ class Procs:
             "--host", cfg["HOST"], "--port", str(cfg["PORT"] or 3306),
             "--user", cfg["USER"], "--password", cfg["PASSWORD"], "--database", cfg["NAME"],
             "--topic", topic, "--group", GROUP,
-            "--partitions", ",".join(keys), "--batch-size", str(batch_size), *extra,
+            "--partitions", ",".join(map(str, parts)), "--batch-size", str(batch_size), *extra,
         ]  # fmt: skip
         return self._spawn(name, argv, {**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -235,15 +241,21 @@ class Probe:
         self.conn = raw_connection()
         self.conn.autocommit(True)
 
-    def progress(self, topic: str) -> tuple[int, int, int, int]:
-        """(sum of heads, sum of watermarks, partitions, partitions drained) of ``topic``."""
+    def progress(self, topic: str, partitions: int) -> tuple[int, int, int, int]:
+        """(sum of heads, sum of watermarks, partitions, partitions drained) of ``topic``.
+
+        A partition counts as drained when its watermark equals its head and none of its
+        messages waits for an offset. The unsequenced look-up is a range read of the
+        (topic, partition, offset) index per partition: NULL offsets sort first.
+        """
         cur = self.conn.cursor()
         cur.execute(
             "SELECT COALESCE(SUM(p.head_offset), 0), COALESCE(SUM(COALESCE(o.offset_acked, 0)), 0), COUNT(*), "
-            "COALESCE(SUM(COALESCE(o.offset_acked, 0) >= p.head_offset), 0) FROM queue_partitions p "
-            "LEFT JOIN queue_offsets o ON o.consumer_group = %s AND o.topic = p.topic "
-            "AND o.partition_key = p.partition_key WHERE p.topic = %s",
-            (GROUP, topic),
+            "COALESCE(SUM(COALESCE(o.offset_acked, 0) >= p.head_offset AND NOT EXISTS (SELECT 1 FROM queue_messages m "
+            "WHERE m.topic = p.topic AND m.`partition` = p.`partition` AND m.`offset` IS NULL)), 0) "
+            "FROM queue_partitions p LEFT JOIN queue_offsets o ON o.consumer_group = %s AND o.topic = p.topic "
+            "AND o.`partition` = p.`partition` WHERE p.topic = %s AND p.`partition` < %s",
+            (GROUP, topic, partitions),
         )
         head, acked, parts, done = cur.fetchone()
         return int(head), int(acked), int(parts), int(done)
@@ -257,11 +269,11 @@ class Probe:
         )
         return {name: int(n) for name, n in cur.fetchall()}
 
-    def wait_drained(self, topic: str, expected_head: int, timeout: float, procs: Procs) -> None:
+    def wait_drained(self, topic: str, partitions: int, expected_head: int, timeout: float, procs: Procs) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            head, acked, parts, done = self.progress(topic)
-            if head == expected_head and parts and done == parts:
+            head, acked, parts, done = self.progress(topic, partitions)
+            if head == expected_head and parts == partitions and done == parts:
                 return
             if time.monotonic() > deadline:
                 raise BenchError(f"{topic}: not drained after {timeout:.0f}s (head {head}, acked {acked})")
@@ -316,6 +328,7 @@ def publish_drain(n: int, partitions: int, *, one_transaction: bool, chunk: int 
 
     from django_sqlqueue import publish_many
 
+    keys = partition_keys(partitions)
     start = time.perf_counter()
 
     def write() -> None:
@@ -323,7 +336,7 @@ def publish_drain(n: int, partitions: int, *, one_transaction: bool, chunk: int 
             publish_many(
                 DRAIN_TOPIC,
                 [
-                    {"payload": {**PAYLOAD, "i": i}, "partition_key": f"p{i % partitions}"}
+                    {"payload": {**PAYLOAD, "i": i}, "key": keys[i % partitions]}
                     for i in range(base, min(n, base + chunk))
                 ],
             )
@@ -339,7 +352,7 @@ def publish_drain(n: int, partitions: int, *, one_transaction: bool, chunk: int 
 def publish_warmup(topic: str, partitions: int, payload: dict[str, Any]) -> None:
     from django_sqlqueue import publish_many
 
-    publish_many(topic, [{"payload": payload, "partition_key": f"p{i}"} for i in range(partitions)])
+    publish_many(topic, [{"payload": payload, "key": key} for key in partition_keys(partitions)])
 
 
 # -- drain ----------------------------------------------------------------------------------
@@ -348,7 +361,7 @@ def publish_warmup(topic: str, partitions: int, payload: dict[str, Any]) -> None
 def drain_run(impl: str, workers: int, mode: str, rep: int, args: argparse.Namespace, procs: Procs) -> dict[str, Any]:
     """One drain measurement; see the module docstring."""
     n, parts = args.messages, args.partitions
-    keys = [f"p{i}" for i in range(parts)]
+    keys = list(range(parts))
     probe = Probe()
     try:
         procs.stop_all()
@@ -372,7 +385,7 @@ def drain_run(impl: str, workers: int, mode: str, rep: int, args: argparse.Names
         else:
             spawn()
             publish_warmup(DRAIN_TOPIC, parts, {"warmup": True})
-            probe.wait_drained(DRAIN_TOPIC, parts, 120, procs)
+            probe.wait_drained(DRAIN_TOPIC, parts, parts, 120, procs)
             if impl == "queue":
                 probe.wait_balanced(DRAIN_TOPIC, workers, parts, 60, procs)
             base = parts
@@ -383,7 +396,7 @@ def drain_run(impl: str, workers: int, mode: str, rep: int, args: argparse.Names
         t_first = acked_first = None
         deadline = time.monotonic() + max(120.0, n / 200)
         while True:
-            head, acked, p_total, p_done = probe.progress(DRAIN_TOPIC)
+            head, acked, p_total, p_done = probe.progress(DRAIN_TOPIC, parts)
             now = time.perf_counter()
             if t_first is None and acked > base:
                 t_first, acked_first = now, acked
@@ -461,7 +474,7 @@ def latency_run(
         procs.stop_all()
         truncate_queue()
         commit_before = probe.commit_latency()
-        keys = [f"p{i}" for i in range(parts)]
+        keys = partition_keys(parts)
         env = {"BENCH_LATENCY_DIR": str(lat_dir), "SQLQUEUE_POLL_INTERVAL": str(args.poll_interval), **args.worker_env}
         for i in range(2):
             if impl == "queue":
@@ -469,7 +482,7 @@ def latency_run(
             else:
                 procs.baseline(
                     f"latency-{label}-w{i}",
-                    keys[i::2],
+                    list(range(parts))[i::2],
                     args.batch_size,
                     LATENCY_TOPIC,
                     "--latency-dir",
@@ -478,7 +491,7 @@ def latency_run(
                     str(args.poll_interval),
                 )
         publish_warmup(LATENCY_TOPIC, parts, {"t": time.time(), "run": "warmup"})
-        probe.wait_drained(LATENCY_TOPIC, parts, 120, procs)
+        probe.wait_drained(LATENCY_TOPIC, parts, parts, 120, procs)
         if impl == "queue":
             probe.wait_balanced(LATENCY_TOPIC, 2, parts, 60, procs)
 
@@ -492,7 +505,7 @@ def latency_run(
                     elif delay < -0.005:
                         behind[j] += 1
                     t = time.perf_counter()
-                    publish(LATENCY_TOPIC, {"t": time.time(), "run": label}, partition_key=f"p{i % parts}")
+                    publish(LATENCY_TOPIC, {"t": time.time(), "run": label}, key=keys[i % parts])
                     call_seconds[j] += time.perf_counter() - t
             except BaseException as exc:  # noqa: BLE001 - reported by the caller
                 errors.append(exc)
@@ -516,7 +529,7 @@ def latency_run(
         cpu1, server1, own1 = procs.cpu(), server_cpu(), time.process_time()
         if errors:
             raise BenchError(f"publisher failed: {errors[0]!r}") from errors[0]
-        probe.wait_drained(LATENCY_TOPIC, parts + n, 120, procs)
+        probe.wait_drained(LATENCY_TOPIC, parts, parts + n, 120, procs)
         procs.stop_all()
         commit_after = probe.commit_latency()
     finally:
@@ -596,7 +609,8 @@ def report(drains: list[dict[str, Any]], latencies: list[dict[str, Any]], args: 
     if drains:
         out.append(
             f"Drain of {args.messages:,} messages over {args.partitions} partitions, batch size {args.batch_size}, "
-            f"no-op handler: median of {runs_per_cell(drains, 'impl', 'workers', 'mode')} runs (min–max); ratio = median django-sqlqueue / median "
+            f"no-op handler: median of {runs_per_cell(drains, 'impl', 'workers', 'mode')} runs (min–max); "
+            "ratio = median django-sqlqueue / median "
             "hand-written SQL baseline (range of the ratios of runs made back to back)\n"
         )
         out.append("| workers | measure | django-sqlqueue msgs/s | baseline msgs/s | ratio |")
@@ -663,7 +677,8 @@ def report(drains: list[dict[str, Any]], latencies: list[dict[str, Any]], args: 
                 out.append(
                     f"| {rate:,.0f}/s | {pubs} | {title} | {median_of(rows, 'achieved_rate'):,.0f}/s | "
                     f"{received:,}/{published:,} | {median_of(rows, 'p50_ms'):.1f} | {median_of(rows, 'p95_ms'):.1f} | "
-                    f"{median_of(rows, 'p99_ms'):.1f}{spread(rows, 'p99_ms', '.1f')} | {median_of(rows, 'max_ms'):.1f} | "
+                    f"{median_of(rows, 'p99_ms'):.1f}{spread(rows, 'p99_ms', '.1f')} | "
+                    f"{median_of(rows, 'max_ms'):.1f} | "
                     f"{versus} | {median_of(probes, 'p50'):.2f} |"
                 )
         out.append("")
@@ -723,6 +738,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    os.environ["BENCH_PARTITIONS"] = str(args.partitions)  # bench/settings.py: SQLQUEUE["TOPICS"], workers inherit it
     setup_django()
     procs = Procs()
     drains: list[dict[str, Any]] = []

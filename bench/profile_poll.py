@@ -3,9 +3,9 @@
 Run: ``.venv/bin/python bench/profile_poll.py [--conn-max-age none]``.
 
 Drives ``Worker.poll()`` directly (no sleeps, no subprocess) against the bench database and
-times every store call, the handlers and the worker's connection check
-(``tidy_connections()``, ``close_old_connections()`` before aa0e32f: called once per loop and
-after every handler), and counts new database connections. Two shapes:
+times every store call, the sequencer (messages are published without offsets), the handlers
+and the worker's connection check (``tidy_connections()``, ``close_old_connections()`` before
+aa0e32f: called once per loop and after every handler), and counts new database connections. Two shapes:
 
 - ``drain``: 20,000 messages already published over 8 partitions, batch size 100: polls of
   800 messages;
@@ -16,6 +16,7 @@ after every handler), and counts new database connections. Two shapes:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-from bench.common import setup_django, truncate_queue  # noqa: E402
+from bench.common import partition_keys, setup_django, truncate_queue  # noqa: E402
 
 
 def main() -> None:
@@ -65,18 +66,21 @@ def main() -> None:
     loop_close = getattr(worker_module, tidy_name)
     setattr(worker_module, tidy_name, timed(tidy_name, loop_close))
 
+    keys = partition_keys(8)
     specs = [s for s in load_consumers() if s.group == "bench" and s.topic == "bench.drain"]
     for label in ("drain", "trickle"):
         truncate_queue()
         times.clear()
-        publish_many("bench.drain", [{"payload": {"warm": 1}, "partition_key": f"p{i}"} for i in range(8)])
+        publish_many("bench.drain", [{"payload": {"warm": 1}, "key": key} for key in keys])
         worker = Worker(specs, name=f"profile-{label}")
         store = worker.store
         for name in ("poll_state", "fetch", "mark_delivered", "ack_contiguous", "ack", "ensure_offsets"):
             setattr(store, name, timed(name, getattr(store, name)))
+        worker.sequencer.sequence = timed("sequence", worker.sequencer.sequence)  # type: ignore[method-assign]
         sub = worker.subscriptions[0]
         spec = sub.spec
-        sub.spec = type(spec)(spec.topic, spec.group, timed("handler", spec.handler), spec.batch_size)
+        sub.spec = dataclasses.replace(spec, handler=timed("handler", spec.handler))
+        worker.register_topics()  # queue_topics + head rows, as run() does
         worker.keeper.tick()  # take the leases, no thread
         while worker.poll(sub)[0] or not times["ack_contiguous"]:
             pass
@@ -87,7 +91,7 @@ def main() -> None:
             for base in range(0, 20000, 1000):
                 publish_many(
                     "bench.drain",
-                    [{"payload": {"i": i}, "partition_key": f"p{i % 8}"} for i in range(base, base + 1000)],
+                    [{"payload": {"i": i}, "key": keys[i % 8]} for i in range(base, base + 1000)],
                 )
             while True:
                 loop_close()  # as the loop does
@@ -98,9 +102,7 @@ def main() -> None:
                 polls.append((time.perf_counter() - t, handled))
         else:
             for n in range(args.polls):
-                publish_many(
-                    "bench.drain", [{"payload": {"n": n}, "partition_key": f"p{(n + j * 2) % 8}"} for j in range(4)]
-                )
+                publish_many("bench.drain", [{"payload": {"n": n}, "key": keys[(n + j * 2) % 8]} for j in range(4)])
                 loop_close()
                 t = time.perf_counter()
                 handled, _ = worker.poll(sub)

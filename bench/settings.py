@@ -6,6 +6,8 @@ Environment (all optional):
   it at the dedicated ``sqlqueue_bench`` database);
 - ``SQLQUEUE_POLL_INTERVAL`` (default 0.01), ``SQLQUEUE_POLL_INTERVAL_MAX`` (default 0.05),
   ``SQLQUEUE_BATCH_SIZE`` (default 100);
+- ``BENCH_PARTITIONS`` (default 8): partitions of the benchmark topics ``bench.drain`` and
+  ``bench.latency`` (``SQLQUEUE["TOPICS"]``); keys are hashed to them;
 - ``BENCH_CONN_MAX_AGE``: Django's ``CONN_MAX_AGE`` for the worker's connection ("none" = keep
   it open forever; unset = Django's default, 0, which is what a project gets out of the box).
 """
@@ -28,4 +30,7 @@ SQLQUEUE = {
     "LEASE_DURATION": 10,
     "LEASE_RENEW_INTERVAL": 1,
     "BATCH_SIZE": env.int("SQLQUEUE_BATCH_SIZE", default=100),
+    "TOPICS": {
+        topic: {"partitions": env.int("BENCH_PARTITIONS", default=8)} for topic in ("bench.drain", "bench.latency")
+    },
 }

@@ -1,0 +1,207 @@
+"""Console pages against a log of 1,000,000 messages and 10,000 dead letters (MariaDB).
+
+    .venv/bin/python bench/console.py          # loads once (about a minute), then times
+
+Times the rendered admin pages (Django test client, a superuser, full template
+rendering) and, side by side, the baseline a naive console would run on the same data:
+``COUNT(*)`` for a paginator, ``OFFSET`` paging, ``SELECT DISTINCT topic`` without the
+loose index scan. Loads rows with ``INSERT ... SELECT`` from MariaDB's sequence engine,
+never the ORM. Uses its own database (``sqlqueue_adm_bench`` unless BENCH_DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_adm_bench")
+
+from bench.common import setup_django
+
+MESSAGES = 1_000_000
+DEAD_LETTERS = 10_000
+TOPICS = 10
+PARTITIONS = 8
+GROUPS = ("billing", "shipping", "retired")
+
+
+def load() -> None:
+    from django.db import connection
+
+    cols = (
+        "topic, `partition`, `key`, `offset`, id, payload, metadata, deliver_at, failed_at, failure_count, "
+        "last_error, original_topic, created_at, published_at"
+    )
+    # Partitions as the publisher hashes keys (CRC-32 of the key); offsets increase within a
+    # partition (they are not contiguous here, which no page depends on).
+    with connection.cursor() as c:
+        start = time.perf_counter()
+        for low in range(1, MESSAGES + 1, 100_000):
+            high = min(MESSAGES, low + 99_999)
+            c.execute(
+                f"INSERT INTO queue_messages ({cols}) SELECT CONCAT('topic', seq % {TOPICS}), "
+                f"CRC32(CONCAT('key', seq % 1000)) % {PARTITIONS}, CONCAT('key', seq % 1000), seq, CONCAT('m', seq), "
+                'CONCAT(\'{"order": \', seq, \', "lines": [1, 2, 3], "note": "benchmark payload"}\'), \'{}\', '
+                "NOW(6) - INTERVAL (2000000 - seq) SECOND, NULL, 0, '', '', "
+                "NOW(6) - INTERVAL (2000000 - seq) SECOND, NOW(6) - INTERVAL (2000000 - seq) SECOND "
+                f"FROM seq_{low}_to_{high}"
+            )
+        c.execute(
+            f"INSERT INTO queue_messages ({cols}) SELECT 'topic0_dlq', seq % {PARTITIONS}, CONCAT('key', seq % 1000), "
+            "seq, CONCAT(ELT(seq % 3 + 1, 'billing', 'shipping', 'retired'), ':m', seq * 10), "
+            'CONCAT(\'{"order": \', seq, \'}\'), CONCAT(\'{"dead_letter": {"consumer_group": "\', '
+            "ELT(seq % 3 + 1, 'billing', 'shipping', 'retired'), '\", \"original_offset\": ', seq, '}}'), "
+            "NOW(6), NOW(6) - INTERVAL seq SECOND, 5, "
+            "CONCAT(ELT(seq % 4 + 1, 'builtins.ValueError', 'builtins.KeyError', 'app.errors.Timeout', "
+            "'builtins.RuntimeError'), ': failed ', seq, '\\nTraceback (most recent call last):\\n  File \"h.py\"'), "
+            f"'topic0', NOW(6), NOW(6) FROM seq_1_to_{DEAD_LETTERS}"
+        )
+        for t in range(TOPICS):
+            for p in range(PARTITIONS):
+                c.execute(
+                    "SELECT MAX(`offset`) FROM queue_messages WHERE topic = %s AND `partition` = %s", [f"topic{t}", p]
+                )
+                head = c.fetchone()[0]
+                c.execute(
+                    "INSERT INTO queue_partitions (topic, `partition`, head_offset, created_at) "
+                    "VALUES (%s, %s, %s, NOW(6))",
+                    [f"topic{t}", p, head],
+                )
+                for i, g in enumerate(GROUPS):
+                    c.execute(
+                        "INSERT INTO queue_offsets (consumer_group, topic, `partition`, offset_acked, updated_at) "
+                        "VALUES (%s, %s, %s, %s, NOW(6))",
+                        [g, f"topic{t}", p, head - [10, 0, head][i]],
+                    )
+                    if g != "retired":
+                        c.execute(
+                            "INSERT INTO queue_partition_leases VALUES (%s, %s, %s, %s, NOW(6), NOW(6))",
+                            [g, f"topic{t}", p, f"{g}-w{p % 2}"],
+                        )
+            for g in GROUPS[:2]:
+                for w in range(2):
+                    c.execute(
+                        "INSERT INTO queue_subscriber_heartbeats VALUES (%s, %s, %s, NOW(6), NULL)",
+                        [g, f"topic{t}", f"{g}-w{w}"],
+                    )
+        c.execute("ANALYZE TABLE queue_messages")
+        print(f"loaded {MESSAGES:,} messages and {DEAD_LETTERS:,} dead letters in {time.perf_counter() - start:.0f} s")
+
+
+def timed(fn: Callable[[], object], repeat: int = 7) -> float:
+    fn()  # warm up
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs) * 1000
+
+
+def main() -> None:
+    setup_django()
+    load()
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from django_sqlqueue.dialects.console import distinct_topics_sql
+
+    setup_test_environment()
+    User.objects.create_superuser("bench", "b@example.com", "pw")
+    client = Client()
+    client.login(username="bench", password="pw")
+    base = "/admin/django_sqlqueue/queueconsole"
+
+    def get(path: str) -> Callable[[], object]:
+        def run() -> object:
+            response = client.get(base + path)
+            assert response.status_code == 200, (path, response.status_code)
+            return response
+
+        return run
+
+    def sql(statement: str) -> Callable[[], object]:
+        def run() -> object:
+            with connection.cursor() as c:
+                c.execute(statement)
+                return c.fetchall()
+
+        return run
+
+    last = client.get(base + "/messages/?topic=topic3").context["page"].next_cursor
+    pages = [
+        (
+            "overview",
+            "/",
+            "COUNT(*) of the log + DISTINCT topic (full index scan)",
+            (
+                "SELECT (SELECT COUNT(*) FROM queue_messages), (SELECT COUNT(DISTINCT topic) FROM queue_messages "
+                "IGNORE INDEX (queue_msg_topic_seq))"
+            ),
+        ),
+        (
+            "messages, all topics",
+            "/messages/",
+            "COUNT(*) of the log (a paginator)",
+            "SELECT COUNT(*) FROM queue_messages",
+        ),
+        (
+            "messages, one topic",
+            "/messages/?topic=topic3",
+            "COUNT(*) of the topic",
+            "SELECT COUNT(*) FROM queue_messages WHERE topic = 'topic3'",
+        ),
+        (
+            "messages, next page",
+            f"/messages/?topic=topic3&cursor={last}",
+            "OFFSET 50000 paging",
+            "SELECT seq FROM queue_messages WHERE topic = 'topic3' ORDER BY seq DESC LIMIT 50 OFFSET 50000",
+        ),
+        (
+            "messages, by key",
+            "/messages/?topic=topic3&key=key3",
+            "key scan over the topic",
+            "SELECT seq FROM queue_messages WHERE topic = 'topic3' AND `key` = 'key3' ORDER BY seq DESC LIMIT 50",
+        ),
+        ("messages, before a time", "/messages/?topic=topic3&before=2026-01-01T00:00:00", "-", ""),
+        (
+            "dead letters",
+            "/deadletters/",
+            "COUNT(*) of the DLQ",
+            "SELECT COUNT(*) FROM queue_messages WHERE topic = 'topic0_dlq' AND original_topic <> ''",
+        ),
+        ("dead letters, group + error", "/deadletters/?group=billing&error=KeyError", "-", ""),
+        (
+            "dead letter detail",
+            "/deadletters/" + str(client.get(base + "/deadletters/").context["page"].items[0].seq) + "/",
+            "-",
+            "",
+        ),
+        ("groups", "/groups/", "-", ""),
+        ("group offsets", "/groups/billing/topic3/", "-", ""),
+        ("leases", "/leases/", "-", ""),
+        ("topics", "/topics/", "-", ""),
+    ]
+    with connection.cursor() as c:
+        c.execute("EXPLAIN " + distinct_topics_sql(connection))
+        plan = c.fetchall()
+    print(f"\nEXPLAIN of the topic list: {plan[0][-1]!r} ({plan[0][-2]} rows estimated)")
+    print(f"\n{'page':32} {'console ms':>10}   {'baseline':52} {'ms':>8} {'ratio':>7}")
+    for name, path, baseline, statement in pages:
+        ms = timed(get(path))
+        if statement:
+            base_ms = timed(sql(statement), repeat=3)
+            print(f"{name:32} {ms:10.1f}   {baseline:52} {base_ms:8.1f} {base_ms / ms:6.1f}x")
+        else:
+            print(f"{name:32} {ms:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
