@@ -61,11 +61,21 @@ def spawn() -> Iterator[Callable[..., Worker]]:
         worker.join(30)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so fixtures can tell whether the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def runconsumer(transactional_db: None) -> Iterator[Callable[..., Any]]:
+def runconsumer(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[Callable[..., Any]]:
     """Start real ``runconsumer`` processes (tests/processes.py); any still running is killed at teardown.
 
     A process that exited on its own with an unexpected status fails the test, with its log.
+    When the test failed, the end of every process's log is printed (pytest shows it under
+    "Captured stdout teardown"): a timed-out wait then says what the workers were doing.
     """
     import signal
 
@@ -79,6 +89,11 @@ def runconsumer(transactional_db: None) -> Iterator[Callable[..., Any]]:
         return process
 
     yield start
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        for process in started:
+            print(f"\n----- runconsumer {process.name} (pid {process.pid}) log, last 6000 characters -----")
+            print(process.log()[-6000:])
     failed = []
     for process in started:
         if not process.alive() and process.proc.returncode not in (0, -signal.SIGKILL, 143):

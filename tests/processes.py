@@ -94,13 +94,24 @@ class ConsumerProcess:
         os.unlink(self.logfile.name)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll ``condition`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+def wait_until(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    show: Callable[[], Any] | None = None,
+) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail with ``what`` after ``timeout``.
+
+    ``show``, if given, is called on timeout and its result put in the failure message
+    (the state the condition was looking at, e.g. who holds the leases).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
+            state = f"; state: {show()!r}" if show is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r}{state})")
         time.sleep(interval)

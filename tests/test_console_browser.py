@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 
 from django_sqlqueue import ops
 
@@ -34,6 +35,10 @@ def page(monkeypatch):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         yield context.new_page()
         browser.close()
+        # While Playwright's loop runs, Django's connections (asgiref Locals) belong to its
+        # context, not the test's: close the one this test opened, or it stays open for the
+        # rest of the session (PostgreSQL then refuses to drop the test database).
+        connections.close_all()
 
 
 def login(page, live_server) -> None:

@@ -22,7 +22,7 @@ from django_sqlqueue.models import ConsumerOffset, Message, Partition, Partition
 from django_sqlqueue.status import queue_status
 from tests.consumerapp.models import Handled
 from tests.engine_helpers import key_for_partition
-from tests.processes import ConsumerProcess, wait_until
+from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -44,31 +44,19 @@ def partitions(settings, monkeypatch):
 
 
 @pytest.fixture
-def workers(transactional_db):
-    """Start runconsumer processes; every one left is killed at teardown."""
-    started: list[ConsumerProcess] = []
-
-    def start(name: str, *args: str) -> ConsumerProcess:
-        process = ConsumerProcess(name, *args)
-        started.append(process)
-        return process
-
-    yield start
-    failed = []
-    for process in started:
-        if process.alive():
-            process.cleanup()
-        elif process.proc.returncode not in (0, -signal.SIGKILL, 143):
-            failed.append(f"{process.name} exited {process.proc.returncode}:\n{process.log()[-3000:]}")
-        else:
-            process.cleanup()
-    assert not failed, "\n".join(failed)
+def workers(runconsumer):
+    """Start runconsumer processes with the default test settings (the conftest fixture)."""
+    return runconsumer
 
 
 def leases(group: str, topic: str = TOPIC) -> dict[str, int]:
     return dict(
         Counter(PartitionLease.objects.filter(consumer_group=group, topic=topic).values_list("leased_by", flat=True))
     )
+
+
+def heartbeats() -> list[tuple[str, object]]:
+    return list(SubscriberHeartbeat.objects.values_list("subscriber_name", "heartbeat_at"))
 
 
 def lag(group: str, topic: str = TOPIC) -> int:
@@ -281,7 +269,12 @@ def test_stopped_worker_loses_its_leases_and_stops_taking_messages(workers, part
     a.signal(signal.SIGSTOP)
     try:
         b = workers("b", "--group", "g1", "--topic", TOPIC)
-        wait_until(lambda: leases("g1") == {"b": 2}, 20, "b steals both after the lease expires")
+        wait_until(
+            lambda: leases("g1") == {"b": 2},
+            20,
+            "b steals both after the lease expires",
+            show=lambda: (leases("g1"), heartbeats()),
+        )
         during = publish_many(TOPIC, [{"payload": {"n": i}, "key": key_for_partition(i % 2, 2)} for i in range(10)])
         wait_until(lambda: lag("g1") == 0, 15, "b consumes what was published during the pause")
         a.signal(signal.SIGCONT)
