@@ -1,7 +1,7 @@
 """Publishing inside views: contention between concurrent request-like transactions.
 
 Run: ``/work/main/.venv/bin/python bench/contention.py [--threads 8] [--seconds 8] [--work-ms 20]
-[--repeat 3] [--pairs 100] [--old-root /work/old-engine] [--json FILE]``.
+[--repeat 3] [--pairs 100] [--old-root /tmp/bench7-old] [--json FILE]``.
 
 Issue 7's view scenarios, each variant in its own child process (this script with
 ``--child``), interleaved within one run (the order of the variants rotates between
@@ -293,7 +293,12 @@ def main() -> None:
     parser.add_argument("--work-ms", type=float, default=20.0, help="work after publish, ms (default 20)")
     parser.add_argument("--pairs", type=int, default=100, help="rounds of the opposite-order case (default 100)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--old-root", type=Path, default=Path("/work/old-engine"), help="checkout of today's engine")
+    parser.add_argument(
+        "--old-root",
+        type=Path,
+        default=Path("/tmp/bench7-old"),
+        help="the engine before issue 7 (git archive 5e0402c)",
+    )
     parser.add_argument("--variants", default="plain,new,old", help="subset of plain,new,old")
     parser.add_argument("--scenarios", default="nokey,keys,cross", help="subset of nokey,keys,cross")
     parser.add_argument("--json", type=Path)

@@ -7,7 +7,7 @@ Issue 7 moves work from the publisher (no head-row lock, no offset) to the consu
 (the workers' polls sequence what committed), so it is judged end to end. For each engine,
 interleaved within one run (the order alternates between repetitions), in a child process
 running that engine's checkout (``--old-root`` for today's engine, e.g. an archive of commit
-5e0402c: ``git -C /work/old-engine archive HEAD | tar -x -C /tmp/bench7-old``):
+5e0402c: ``git archive 5e0402c | tar -x -C /tmp/bench7-old``):
 
 1. **publish**: N messages to ``bench.drain``, one ``publish()`` per transaction (Django
    autocommit), keys round-robin over 8 partitions (new engine: keys hashing to partitions

@@ -174,6 +174,10 @@ class DeliveryState(models.Model):
     invisible_until = models.DateTimeField()
     retry_count = models.PositiveIntegerField(default=0)
     status = models.PositiveSmallIntegerField(choices=Status.choices, default=Status.IN_FLIGHT)
+    #: The error of the last failed attempt (type, message, traceback tail), written by the
+    #: nack; NULL until an attempt fails. A dead letter carries it on into the DLQ. NULL
+    #: rather than "": the engine's raw INSERTs leave it out, and MySQL gives TEXT no default.
+    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         db_table = "queue_delivery_state"

@@ -43,7 +43,7 @@ from .dialects import get_dialect
 from .dialects.base import MessageRow
 from .exceptions import ConfigurationError, IdempotencyConflict, InvalidMessage, OutboxWarning, PayloadTooLarge
 from .partitioning import partition_for
-from .validation import MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
+from .validation import MAX_ERROR_LENGTH, MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
 
 #: MySQL: packet too large (the server drops the connection), row size too large.
 PACKET_ERRORS = frozenset({1153, 1301})
@@ -134,10 +134,6 @@ def publish_many(
     if not prepared:
         return []
     return write_messages(topic, prepared, using=_alias(using, conf), conf=conf)
-
-
-#: Longest ``last_error`` stored with a dead letter.
-MAX_ERROR_LENGTH = 8000
 
 
 def write_dead_letter(

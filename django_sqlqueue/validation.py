@@ -18,6 +18,8 @@ from .models import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys a ``publish_many`` message dict may have.
 MESSAGE_KEYS = frozenset({"payload", "key", "id", "metadata", "delay", "deliver_at"})
+#: Longest ``last_error`` stored (a dead letter's, a retrying delivery's); longer ones are cut.
+MAX_ERROR_LENGTH = 8000
 
 
 def validate_topic(topic: Any, *, what: str = "topic", max_length: int = MAX_TOPIC_LENGTH) -> str:

@@ -78,6 +78,8 @@ class Stats:
 class _Outcomes:
     acks: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     nacks: list[tuple[int, int, float]] = field(default_factory=list)
+    #: (partition, offset) -> the error of a nacked attempt.
+    errors: dict[tuple[int, int], str] = field(default_factory=dict)
     dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
     unprocessed: list[tuple[int, int]] = field(default_factory=list)
 
@@ -473,6 +475,7 @@ class Worker:
                     delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
                 _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
                 outcomes.nacks.append((m.partition, m.offset, delay))
+                outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
         else:
             outcomes.acks[m.partition].append(m.offset)
             return
@@ -484,7 +487,7 @@ class Worker:
         for message, attempt, error in outcomes.dead:
             self._dead_letter(sub, message, attempt, error)
         if outcomes.nacks:
-            self._db("nack", lambda: store.nack(group, topic, name, outcomes.nacks))
+            self._db("nack", lambda: store.nack(group, topic, name, outcomes.nacks, outcomes.errors))
             self.stats.add(nacked=len(outcomes.nacks))
         dead: dict[int, set[int]] = defaultdict(set)
         for message, _, _ in outcomes.dead:

@@ -8,9 +8,10 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.urls import reverse
+from django.utils import timezone
 
 from django_sqlqueue import ops
-from django_sqlqueue.models import ConsumerOffset, Message, PartitionLease, PausedTopic
+from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic
 
 from .console_scene import SETTINGS, build
 
@@ -90,6 +91,22 @@ def test_detail_pages(scene, viewer):
     assert viewer.get(u("deadletter", 999999)).status_code == 404
     assert viewer.get(u("message", 999999)).status_code == 404
     assert viewer.get(u("group", "nobody", "orders")).status_code == 404
+
+
+def test_deliveries_page_shows_the_last_error(scene, viewer):
+    DeliveryState.objects.create(
+        consumer_group="billing",
+        topic="orders",
+        partition=0,
+        message_offset=scene.heads[0],
+        retry_count=1,
+        status=DeliveryState.Status.RETRY,
+        invisible_until=timezone.now(),
+        last_error="builtins.TimeoutError: upstream <slow>\nTraceback (most recent call last):\n  in charge",
+    )
+    html = viewer.get(u("deliveries") + "?status=retrying").content.decode()
+    assert "<summary>builtins.TimeoutError: upstream &lt;slow&gt;</summary>" in html  # escaped
+    assert "in charge" in html
 
 
 @pytest.mark.parametrize("name, args", PAGES)

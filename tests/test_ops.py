@@ -260,9 +260,12 @@ def test_deliveries_list_joins_message_ids():
         retry_count=2,
         status=2,
         invisible_until=timezone.now(),
+        last_error="builtins.ValueError: nope\nTraceback (most recent call last):\n  ...",
     )
     rows = ops.list_deliveries(status="retrying")
     assert len(rows) == 1 and rows[0].message_id.startswith("o") and rows[0].retry_count == 2
+    assert rows[0].error_summary == "builtins.ValueError: nope" and rows[0].last_error.endswith("...")
+    assert all(r.last_error is None and r.error_summary == "" for r in ops.list_deliveries(status="in flight"))
     with pytest.raises(ops.NotFound):
         ops.list_deliveries(status="bogus")
 

@@ -166,12 +166,15 @@ def test_poll_state_reports_deliveries_of_a_partition():
     assert st.now >= before
 
     s.ack(G, T, "w1", [(A, 1)])
-    s.nack(G, T, "w1", [(A, 3, 0)])
+    s.nack(G, T, "w1", [(A, 3, 0)], {(A, 3): "builtins.ValueError: x" + "y" * 9000})
     (st,) = s.poll_state(G, T, "w1", 30)
     assert st.advanceable  # the row right after the watermark is acked
     assert st.in_flight == 2  # 2 and 4: the acked and the nacked rows are not in flight
     assert st.next_due <= st.now  # the nacked row is due
     assert st.delivered_max == 4
+    errors = dict(DeliveryState.objects.filter(consumer_group=G, topic=T).values_list("message_offset", "last_error"))
+    assert errors[3].startswith("builtins.ValueError: xyy") and len(errors[3]) == 8000  # cut to MAX_ERROR_LENGTH
+    assert errors[2] is errors[4] is None  # in flight, never failed
 
 
 def test_acquire_leases_takes_missing_leases_and_refuses_live_ones():

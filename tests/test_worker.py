@@ -184,6 +184,8 @@ def test_retry_with_delay_postpones_redelivery():
             what="nacked row",
         )
         assert waiting.retry_count == 0 and not waiting.acked
+        assert waiting.last_error.startswith("django_sqlqueue.exceptions.Retry: not yet\n")
+        assert "Traceback (most recent call last)" in waiting.last_error and "in handle" in waiting.last_error
         first_at = attempts.list()[0][1]
         assert first_at + dt.timedelta(seconds=1) <= waiting.invisible_until <= db_now() + dt.timedelta(seconds=1)
         wait_until(lambda: caught_up("g", topic), what="second attempt")

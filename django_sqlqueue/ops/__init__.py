@@ -29,22 +29,12 @@ from .deadletters import (
     replay,
     replay_matching,
 )
-from .groups import (
-    GroupDrop,
-    SeekPlan,
-    drop_group,
-    group_offsets,
-    list_groups,
-    parse_partitions,
-    pause,
-    paused_topics,
-    plan_seek,
-    resume,
-    seek,
-)
+from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, overview
+from .pausing import pause, paused_topics, resume
+from .seek import SeekPlan, plan_seek, seek
 from .topics import Repartition, TopicInfo, TopicPurge, list_topics, log_topics, purge_topic, repartition_topic
 
 __all__ = [

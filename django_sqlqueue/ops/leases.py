@@ -128,6 +128,13 @@ class Delivery:
     visible_at: dt.datetime | None
     message_id: str | None
     key: str | None
+    #: The last failed attempt's error (type: message, then traceback), or None.
+    last_error: str | None = None
+
+    @property
+    def error_summary(self) -> str:
+        """The first line of ``last_error`` ("module.Class: message"), or ""."""
+        return (self.last_error or "").split("\n", 1)[0]
 
 
 STATUS = {0: "scheduled", 1: "in flight", 2: "retrying"}
@@ -162,13 +169,13 @@ def list_deliveries(
         params.append(codes[0])
     rows = _db.fetchall(
         f"SELECT s.consumer_group, s.topic, s.{p}, s.message_offset, s.status, s.retry_count, s.invisible_until, "
-        f"m.id, m.{k} FROM queue_delivery_state s LEFT JOIN queue_messages m ON m.topic = s.topic "
+        f"m.id, m.{k}, s.last_error FROM queue_delivery_state s LEFT JOIN queue_messages m ON m.topic = s.topic "
         f"AND m.{p} = s.{p} AND m.{o} = s.message_offset WHERE {' AND '.join(conds)} "
         f"ORDER BY s.invisible_until LIMIT {int(limit)}",
         params,
         using,
     )
     return [
-        Delivery(g, t, int(part), int(off), STATUS.get(int(st), str(st)), int(rc), d.to_datetime(vis), mid, key)
-        for g, t, part, off, st, rc, vis, mid, key in rows
+        Delivery(g, t, int(part), int(off), STATUS.get(int(st), str(st)), int(rc), d.to_datetime(vis), mid, key, err)
+        for g, t, part, off, st, rc, vis, mid, key, err in rows
     ]

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from ..conf import get_settings
 from ..models import Message
 from . import _db
-from .groups import GroupTopic, PausedTopic, list_groups, paused_topics
+from .groups import GroupTopic, list_groups
 from .leases import Lease, Subscriber, list_leases, list_subscribers
+from .pausing import PausedTopic, paused_topics
 from .topics import TopicInfo, list_topics
 
 #: Counts above this are shown as "CAP+" (they stay cheap whatever the backlog).

@@ -8,11 +8,12 @@ any more. So an operator's rewind is never undone by a late ack from the former 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
 
+from ..validation import MAX_ERROR_LENGTH
 from .base import RETRY, StoreBase
 from .delivery import FetchedMessage
 
@@ -39,19 +40,32 @@ class AckStore(StoreBase):
                 [group, topic, partition],
             )
 
-    def nack(self, group: str, topic: str, name: str, delays: Sequence[tuple[int, int, float]]) -> None:
-        """Make messages invisible for their retry delay (status RETRY)."""
+    def nack(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        delays: Sequence[tuple[int, int, float]],
+        errors: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
+        """Make messages invisible for their retry delay (status RETRY).
+
+        ``errors`` maps (partition, offset) to the failed attempt's error, kept in
+        ``last_error`` for the console (cut to ``MAX_ERROR_LENGTH``).
+        """
         d, P = self.dialect, self.P
+        errors = errors or {}
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
             for partition, offset, delay in sorted(delays):
                 if partition not in held:
                     continue
                 until, params = d.now_plus(delay)
+                error = errors.get((partition, offset))
                 cursor.execute(
-                    f"UPDATE queue_delivery_state SET status = {RETRY}, invisible_until = {until} "
+                    f"UPDATE queue_delivery_state SET status = {RETRY}, invisible_until = {until}, last_error = %s "
                     f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
-                    [*params, group, topic, partition, offset],
+                    [*params, None if error is None else error[:MAX_ERROR_LENGTH], group, topic, partition, offset],
                 )
 
     def ack(self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]]) -> None:

@@ -1,4 +1,4 @@
-"""``manage.py queue_group list|pause|resume|drop|seek``: consumer groups (``ops.groups``)."""
+"""``manage.py queue_group list|pause|resume|drop|seek``: consumer groups (``ops.groups``, ``.seek``, ``.pausing``)."""
 
 from __future__ import annotations
 
