@@ -85,8 +85,8 @@ class Sequencer(StoreBase):
             for partition in sorted(heads):
                 branches.append(
                     d.union_branch(
-                        f"SELECT {P}, seq FROM queue_messages WHERE topic = %s AND {P} = %s AND {OFF} IS NULL "
-                        f"ORDER BY seq LIMIT {int(limit)}",
+                        f"SELECT {P}, seq FROM queue_messages {d.use_index('queue_msg_offset')} "
+                        f"WHERE topic = %s AND {P} = %s AND {OFF} IS NULL ORDER BY seq LIMIT {int(limit)}",
                         len(branches),
                     )
                 )

@@ -599,6 +599,26 @@ def test_advance_watermark_stops_at_first_unacked_or_undelivered_offset():
     assert watermark(G, T, A) == 6
 
 
+def test_advance_watermark_passes_offsets_whose_messages_were_deleted():
+    """A group consuming a DLQ topic: an operator replays or purges dead letters above its
+    watermark, leaving holes; the watermark passes them instead of stalling there forever."""
+    fill(A, 8)
+    s = store()
+    s.ensure_offsets(G, T, [A])
+    deliver(A, [1, 3, 4, 6])
+    s.ack(G, T, "w1", [(A, 1), (A, 3), (A, 4), (A, 6)])
+    Message.objects.filter(topic=T, partition=A, offset__in=[2, 5]).delete()
+    assert s.advance_watermark(G, T, "w1", A, 0) == 6  # 7 is in the log, not delivered yet
+    assert watermark(G, T, A) == 6 and delivery_rows(G, T, A) == []
+    (st,) = s.poll_state(G, T, "w1", 30)
+    assert not st.advanceable  # the message above the watermark is there
+    Message.objects.filter(topic=T, partition=A, offset__in=[7, 8]).delete()  # holes up to the head
+    (st,) = s.poll_state(G, T, "w1", 30)
+    assert st.advanceable
+    assert s.advance_watermark(G, T, "w1", A, 6) == 8
+    assert s.poll_state(G, T, "w1", 30) == []  # head == watermark, nothing unsequenced: idle
+
+
 def test_dead_letter_copies_to_the_dlq_and_acks_for_the_group_only():
     key = key_for_partition(A)
     original = publish(T, {"n": 1}, key=key, id="o-1", metadata={"trace": "x"})

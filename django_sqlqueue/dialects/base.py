@@ -118,6 +118,15 @@ class Dialect:
         """
         return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO NOTHING"
 
+    def use_index(self, name: str) -> str:
+        """An index hint after a table name (MySQL/MariaDB only; elsewhere nothing).
+
+        For lookups of unsequenced messages (NULL offsets): PostgreSQL and SQLite have a
+        partial index for them (migration 0003); MariaDB's optimizer, estimating from a
+        ``topic`` prefix, would otherwise walk the topic's ``(topic, seq)`` entries.
+        """
+        return ""
+
     def union_branch(self, select: str, index: int) -> str:
         """Wrap a SELECT with its own ORDER BY/LIMIT as one branch of a UNION ALL.
 

@@ -33,6 +33,9 @@ class MySQLDialect(Dialect):
     def excluded(self, column: str) -> str:
         return f"VALUES({column})"
 
+    def use_index(self, name: str) -> str:
+        return f"FORCE INDEX ({name})"
+
     def on_conflict_update(self, conflict: Sequence[str]) -> str:
         return "ON DUPLICATE KEY UPDATE"
 

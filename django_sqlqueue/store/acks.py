@@ -14,11 +14,13 @@ from typing import Any
 from django.db import transaction
 
 from ..validation import MAX_ERROR_LENGTH
-from .base import RETRY, StoreBase
+from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
 
 #: Delivery-state rows read per watermark step.
 ADVANCE_SCAN = 1000
+#: Offsets without a delivery row looked up at once when the walk meets one.
+ADVANCE_PROBE = 100
 
 
 class AckStore(StoreBase):
@@ -126,34 +128,57 @@ class AckStore(StoreBase):
         return failed
 
     def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
-        """Move the watermark over contiguous acked rows; return the new watermark.
+        """Move the watermark over contiguous acked rows and deleted offsets; return the new watermark.
 
-        Offsets above the oldest retained message are dense (GC deletes only from the
-        bottom), so the walk needs only delivery-state rows: it stops at the first
-        unacked row or the first offset without a row (not delivered yet). It starts no
-        lower than just below the oldest retained message: offsets garbage-collected
-        meanwhile are gone for every group (a group that started while GC ran may sit
-        below them). Rows behind the new watermark are deleted in the same transaction.
-        Bounded per call; converges over polls.
+        Offsets up to the head were all assigned (the sequencer commits offsets and head
+        together), so an offset at or below the head without a message was deleted: by GC
+        (from the bottom: the walk starts no lower than just below the oldest retained
+        message) or by an operator (a dead letter replayed or purged from a DLQ topic that
+        a group consumes: a hole in the middle). The walk passes acked rows and deleted
+        offsets; it stops at the first unacked row or at a message not delivered yet.
+        Rows behind the new watermark are deleted in the same transaction. Bounded per
+        call; converges over polls.
         """
         P, OFF = self.P, self.OFF
+        # MIN() with constants is one index dive (a correlated one would scan the partition).
         ((oldest, head),) = self._fetchall(
-            f"SELECT (SELECT m.{OFF} FROM queue_messages m WHERE m.topic = p.topic AND m.{P} = p.{P} "
-            f"AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1), p.head_offset FROM queue_partitions p "
-            f"WHERE p.topic = %s AND p.{P} = %s",
-            [topic, partition],
+            f"SELECT (SELECT MIN(m.{OFF}) FROM queue_messages m WHERE m.topic = %s AND m.{P} = %s "
+            f"AND m.{OFF} IS NOT NULL), p.head_offset FROM queue_partitions p WHERE p.topic = %s AND p.{P} = %s",
+            [topic, partition, topic, partition],
         )
-        start = max(watermark, (int(head) if oldest is None else int(oldest) - 1))
-        rows = self._fetchall(
-            "SELECT message_offset, acked FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
-            f"AND {P} = %s AND message_offset > %s ORDER BY message_offset LIMIT {ADVANCE_SCAN}",
-            [group, topic, partition, start],
-        )
+        head = int(head)
+        start = max(watermark, (head if oldest is None else int(oldest) - 1))
+        acked = {
+            int(offset): bool(done)
+            for offset, done in self._fetchall(
+                "SELECT message_offset, acked FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
+                f"AND {P} = %s AND message_offset > %s ORDER BY message_offset LIMIT {ADVANCE_SCAN}",
+                [group, topic, partition, start],
+            )
+        }
         new = start
-        for offset, acked in rows:
-            if offset != new + 1 or not acked:
-                break
-            new = offset
+        while True:
+            while acked.get(new + 1):
+                new += 1
+            if new + 1 in acked or new >= head:
+                break  # an unacked row, or the head
+            # No delivery row: not delivered yet, or deleted. Look up the next few offsets
+            # without a row at once; the walk goes on over the deleted ones only.
+            probe = [o for o in range(new + 1, min(head, new + ADVANCE_PROBE) + 1) if o not in acked]
+            present = {
+                int(r[0])
+                for r in self._fetchall(
+                    f"SELECT {OFF} FROM queue_messages WHERE topic = %s AND {P} = %s AND {OFF} IN ({in_list(probe)})",
+                    [topic, partition, *probe],
+                )
+            }
+            before = new
+            while new + 1 in probe and new + 1 not in present:
+                new += 1
+                while acked.get(new + 1):
+                    new += 1
+            if new == before:
+                break  # a message not delivered yet
         if new == watermark:
             return watermark
         moved = self.ack_contiguous(group, topic, name, [(partition, watermark, new)], report_skipped=True)

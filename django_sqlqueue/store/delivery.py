@@ -72,8 +72,12 @@ class DeliveryStore(StoreBase):
         d, P, OFF = self.dialect, self.P, self.OFF
         cutoff, cutoff_params = d.now_minus(lease_duration)
         same = f"d.consumer_group = l.consumer_group AND d.topic = l.topic AND d.{P} = l.{P}"
+        # A scalar subquery, not EXISTS: in the WHERE clause MariaDB turns EXISTS into a
+        # semi-join that materializes every partition's NULL offsets (an index scan of
+        # the whole log); this is one dive into (topic, partition, offset) per partition.
         unsequenced = (
-            f"EXISTS (SELECT 1 FROM queue_messages u WHERE u.topic = l.topic AND u.{P} = l.{P} AND u.{OFF} IS NULL)"
+            f"(SELECT 1 FROM queue_messages u {d.use_index('queue_msg_offset')} WHERE u.topic = l.topic "
+            f"AND u.{P} = l.{P} AND u.{OFF} IS NULL LIMIT 1) IS NOT NULL"
         )
         rows = self._fetchall(
             f"SELECT l.{P}, p.head_offset, COALESCE(o.offset_acked, 0), o.offset_acked IS NOT NULL, "
@@ -83,10 +87,12 @@ class DeliveryStore(StoreBase):
             f"AND d.status = {IN_FLIGHT} AND d.invisible_until > {d.now_sql}), "
             f"(SELECT d.acked FROM queue_delivery_state d WHERE {same} "
             "AND d.message_offset = COALESCE(o.offset_acked, 0) + 1), "
-            # Below the oldest retained message: GC removed offsets the watermark must skip.
-            # (ORDER BY ... LIMIT 1, not MIN(): MariaDB scans the partition for a correlated MIN.)
-            f"COALESCE((SELECT m.{OFF} FROM queue_messages m WHERE m.topic = l.topic AND m.{P} = l.{P} "
-            f"AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1), p.head_offset + 1) > COALESCE(o.offset_acked, 0) + 1, "
+            # The message right above the watermark is gone although the head is past it:
+            # GC (or an operator's purge or replay) removed offsets the watermark must skip.
+            # One unique-index probe; a correlated "oldest retained offset" would step
+            # through every unsequenced (NULL offset) entry of the partition first.
+            f"p.head_offset > COALESCE(o.offset_acked, 0) AND NOT EXISTS (SELECT 1 FROM queue_messages m "
+            f"WHERE m.topic = l.topic AND m.{P} = l.{P} AND m.{OFF} = COALESCE(o.offset_acked, 0) + 1), "
             f"{unsequenced}, {d.now_sql} "
             "FROM queue_partition_leases l "
             f"JOIN queue_partitions p ON p.topic = l.topic AND p.{P} = l.{P} "
