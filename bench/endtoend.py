@@ -97,6 +97,15 @@ def child_setup(root: Path, url: str, create: bool) -> None:
                 cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
 
 
+def has_sequencer(root: Path) -> bool:
+    """Whether the checkout at ``root`` is the engine with a sequencer (``publish(key=...)``).
+
+    The "old" side (``--old-root``) may be either engine: before issue 7, or an earlier
+    commit of this one for a before/after comparison.
+    """
+    return (root / "django_sqlqueue" / "sequencer.py").exists()
+
+
 def progress(engine: str) -> tuple[int, int, int]:
     """(sum of heads, sum of the group's watermarks, messages without an offset)."""
     from django.db import connection
@@ -110,7 +119,7 @@ def progress(engine: str) -> tuple[int, int, int]:
         )
         acked = int(cursor.fetchone()[0])
         waiting = 0
-        if engine == "new":
+        if engine == "sequenced":
             # NULL offsets sort first in the (topic, partition, offset) index: one short range per partition.
             cursor.execute(
                 "SELECT COUNT(*) FROM queue_messages WHERE topic = %s AND `partition` IN "
@@ -127,7 +136,7 @@ def child_run(args: argparse.Namespace) -> dict[str, Any]:
 
     from django_sqlqueue import publish
 
-    if args.engine == "new":
+    if has_sequencer(root):
         import zlib
 
         keys = []
@@ -175,7 +184,7 @@ def child_run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         deadline = time.monotonic() + 600
         while True:
-            heads, acked, waiting = progress(args.engine)
+            heads, acked, waiting = progress("sequenced" if has_sequencer(root) else "plain")
             now = time.perf_counter()
             if t_first is None and acked > 0:
                 t_first, acked_first = now, acked

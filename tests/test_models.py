@@ -39,6 +39,7 @@ EXPECTED_COLUMNS = {
         "invisible_until",
         "retry_count",
         "status",
+        "last_error",
     },
     "queue_partition_leases": {
         "consumer_group",
