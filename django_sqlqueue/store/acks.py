@@ -35,11 +35,13 @@ class AckStore(StoreBase):
         for partition in sorted(set(partitions)):
             self._execute(
                 f"INSERT INTO queue_offsets (consumer_group, topic, {P}, offset_acked, updated_at) "
+                # The subquery takes constants, not p's columns: correlated, MariaDB would
+                # walk the partition's unsequenced (NULL) entries before the first offset.
                 f"SELECT %s, p.topic, p.{P}, COALESCE((SELECT m.{OFF} FROM queue_messages m "
-                f"WHERE m.topic = p.topic AND m.{P} = p.{P} AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1) - 1, "
+                f"WHERE m.topic = %s AND m.{P} = %s AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1) - 1, "
                 f"p.head_offset), {d.now_sql} FROM queue_partitions p WHERE p.topic = %s AND p.{P} = %s "
                 f"{d.on_conflict_ignore(['consumer_group', 'topic', 'partition'], 'offset_acked')}",
-                [group, topic, partition],
+                [group, topic, partition, topic, partition],
             )
 
     def nack(
@@ -140,10 +142,13 @@ class AckStore(StoreBase):
         call; converges over polls.
         """
         P, OFF = self.P, self.OFF
-        # MIN() with constants is one index dive (a correlated one would scan the partition).
+        # The oldest retained offset: ORDER BY ... LIMIT 1 with constants is one index dive
+        # (MariaDB reads the partition's whole offset range for MIN(), and walks its NULL
+        # entries first when the subquery is correlated).
         ((oldest, head),) = self._fetchall(
-            f"SELECT (SELECT MIN(m.{OFF}) FROM queue_messages m WHERE m.topic = %s AND m.{P} = %s "
-            f"AND m.{OFF} IS NOT NULL), p.head_offset FROM queue_partitions p WHERE p.topic = %s AND p.{P} = %s",
+            f"SELECT (SELECT m.{OFF} FROM queue_messages m WHERE m.topic = %s AND m.{P} = %s "
+            f"AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1), p.head_offset FROM queue_partitions p "
+            f"WHERE p.topic = %s AND p.{P} = %s",
             [topic, partition, topic, partition],
         )
         head = int(head)
