@@ -65,3 +65,8 @@ def capped_count(sql: str, params: Sequence[Any], cap: int, using: str | None = 
     """``COUNT(*)`` of a SELECT, reading at most ``cap + 1`` rows (so it stays bounded)."""
     ((count,),) = fetchall(f"SELECT COUNT(*) FROM ({sql} LIMIT {int(cap) + 1}) capped", params, using)
     return int(count)
+
+
+def first_line(error: str | None) -> str:
+    """The headline of a stored error ("module.Class: message"), without the traceback."""
+    return (error or "").split("\n", 1)[0]

@@ -63,12 +63,12 @@ class DeadLetter:
     @property
     def error_class(self) -> str:
         """``module.Class`` of the last error (the text before the first ``:``)."""
-        head = self.last_error.split("\n", 1)[0]
+        head = _db.first_line(self.last_error)
         return head.split(":", 1)[0] if ":" in head else head[:100]
 
     @property
     def error_message(self) -> str:
-        head = self.last_error.split("\n", 1)[0]
+        head = _db.first_line(self.last_error)
         return head.split(":", 1)[1].strip() if ":" in head else ""
 
     @property
@@ -248,7 +248,7 @@ def _replay_copy(dead: DeadLetter, actor: str) -> PreparedMessage:
         "original_offset": previous.get("original_offset", dead.original_offset),
         "original_partition": previous.get("original_partition", dead.partition),
         "failure_count": dead.failure_count,
-        "last_error": dead.last_error.split("\n", 1)[0][:500],
+        "last_error": _db.first_line(dead.last_error)[:500],
         "replayed_by": actor,
         "replays": int(previous.get("replays", 0)) + 1,
     }

@@ -134,7 +134,7 @@ class Delivery:
     @property
     def error_summary(self) -> str:
         """The first line of ``last_error`` ("module.Class: message"), or ""."""
-        return (self.last_error or "").split("\n", 1)[0]
+        return _db.first_line(self.last_error)
 
 
 STATUS = {0: "scheduled", 1: "in flight", 2: "retrying"}

@@ -37,13 +37,7 @@ class HeartbeatStore(StoreBase):
 
     def active_subscribers(self, group: str, topic: str, lease_duration: float) -> int:
         """Count subscribers of (group, topic) with a heartbeat within ``lease_duration``."""
-        cutoff, params = self.dialect.now_minus(lease_duration)
-        ((count,),) = self._fetchall(
-            "SELECT COUNT(*) FROM queue_subscriber_heartbeats WHERE consumer_group = %s AND topic = %s "
-            f"AND deregistered_at IS NULL AND heartbeat_at > {cutoff}",
-            [group, topic, *params],
-        )
-        return int(count)
+        return len(self.active_subscriber_names(group, topic, lease_duration))
 
     def forget_subscribers(self, topic: str, older_than: float) -> int:
         """Delete heartbeat rows not renewed for ``older_than`` seconds."""
