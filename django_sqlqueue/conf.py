@@ -12,7 +12,6 @@ reads an invalid configuration.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,6 +20,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
+from .limits import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Seconds a worker sleeps between polls while its partitions have work.
 DEFAULT_POLL_INTERVAL = 0.1
@@ -60,13 +60,6 @@ TOPIC_OPTION_KEYS = frozenset({"partitions", "per_key"})
 #: Seconds between the "database still unreachable" lines a worker logs during an outage.
 DEFAULT_OUTAGE_REPORT_INTERVAL = 30.0
 
-#: Longest topic a publisher may use. The column is wider so the DLQ suffix fits.
-MAX_TOPIC_LENGTH = 128
-#: Longest DLQ suffix; ``MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH`` is the column width.
-MAX_DLQ_SUFFIX_LENGTH = 32
-#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``.
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-
 
 @dataclass(frozen=True)
 class QueueSettings:
@@ -87,6 +80,7 @@ class QueueSettings:
     RETENTION: float = DEFAULT_RETENTION
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
     PARTITIONS: int = DEFAULT_PARTITIONS
+    OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
     #: Per-topic options: ``{"orders": {"partitions": 16}, "tenants": {"per_key": True}}``.
     TOPICS: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -105,8 +99,6 @@ class QueueSettings:
         if options.get("per_key"):
             return None
         return int(options.get("partitions", self.PARTITIONS))
-
-    OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
 
 
 KNOWN_KEYS = frozenset(f.name for f in fields(QueueSettings))
@@ -270,13 +262,13 @@ def _validate_schedules(raw: Any) -> list[Problem]:
     from .schedules import parse_schedule
 
     if not isinstance(raw, dict):
-        return [Problem("sqlqueue.E010", f"SQLQUEUE['SCHEDULES'] must be a dict, not {type(raw).__name__}.")]
+        return [Problem("sqlqueue.E011", f"SQLQUEUE['SCHEDULES'] must be a dict, not {type(raw).__name__}.")]
     problems = []
     for name, spec in raw.items():
         try:
             parse_schedule(name, spec)
         except ConfigurationError as exc:
-            problems.append(Problem("sqlqueue.E010", f"SQLQUEUE['SCHEDULES']: {exc}"))
+            problems.append(Problem("sqlqueue.E011", f"SQLQUEUE['SCHEDULES']: {exc}"))
     return problems
 
 

@@ -32,8 +32,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from django.db import connections
-
+from .dbconn import close_all_quietly
 from .handlers import HandlerRunner
 
 logger = logging.getLogger(__name__)
@@ -124,7 +123,7 @@ class PartitionExecutor:
                     job(runner)
                 except BaseException:
                     logger.exception("batch of partition %s failed outside its handlers", partition)
-                    _close_all_quietly()
+                    close_all_quietly()
                 finally:
                     in_flight.discard(partition)
                     with self._lock:
@@ -132,11 +131,4 @@ class PartitionExecutor:
                     self.finished.set()
         finally:
             runner.close()
-            _close_all_quietly()
-
-
-def _close_all_quietly() -> None:
-    try:
-        connections.close_all()
-    except Exception:
-        logger.debug("closing a handler thread's connections raised", exc_info=True)
+            close_all_quietly()

@@ -24,6 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .dbconn import tidy_connections
+
 logger = logging.getLogger(__name__)
 
 
@@ -81,8 +83,6 @@ async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
 
 async def _tidy_executor_connections() -> None:
     from asgiref.sync import sync_to_async
-
-    from .worker import tidy_connections
 
     # Runs on the thread-sensitive executor: the thread whose connections the async ORM used.
     await sync_to_async(tidy_connections, thread_sensitive=True)()

@@ -24,19 +24,15 @@ from __future__ import annotations
 
 from django.db import models
 
-from .conf import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH
-
-#: Column widths. Keys are bounded so every composite index stays under InnoDB's
-#: 3072-byte limit in utf8mb4.
-# (Annotated: task_models imports them back while this module is still loading.)
-TOPIC_COLUMN_LENGTH: int = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
-KEY_LENGTH: int = 128
-#: Publishers' ids are at most MAX_MESSAGE_ID_LENGTH; the column is wider because a dead
-#: letter's id is "<consumer group>:<original id>".
-MAX_MESSAGE_ID_LENGTH: int = 128
-MESSAGE_ID_LENGTH = 300
-CONSUMER_GROUP_LENGTH = 128
-SUBSCRIBER_NAME_LENGTH = 255
+# Column widths and name rules live in a leaf (no model or settings import): re-exported
+# here because the models are where readers look for them.
+from .limits import (
+    CONSUMER_GROUP_LENGTH,
+    KEY_LENGTH,
+    MESSAGE_ID_LENGTH,
+    SUBSCRIBER_NAME_LENGTH,
+    TOPIC_COLUMN_LENGTH,
+)
 
 
 class Message(models.Model):

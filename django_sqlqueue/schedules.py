@@ -224,11 +224,10 @@ def unregister(name: str) -> None:
         _registry.pop(name, None)
 
 
-def all_schedules() -> list[Schedule]:
-    """Schedules of ``SQLQUEUE["SCHEDULES"]`` and those declared in code, by name."""
-    from .conf import get_settings
-
-    configured = parse_schedules(get_settings().SCHEDULES)
+def all_schedules(settings_schedules: dict[str, dict[str, Any]]) -> list[Schedule]:
+    """Return the schedules of ``settings_schedules`` (``SQLQUEUE["SCHEDULES"]``) and those
+    declared in code, by name."""
+    configured = parse_schedules(settings_schedules)
     with _lock:
         declared = dict(_registry)
     names = {s.name for s in configured}

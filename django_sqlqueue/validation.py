@@ -11,9 +11,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from .conf import MAX_TOPIC_LENGTH, TOPIC_RE
 from .exceptions import InvalidMessage, PayloadTooLarge
-from .models import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH
+from .limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys a ``publish_many`` message dict may have.

@@ -37,15 +37,16 @@ from typing import Any
 
 from django.db import connections
 
+from . import dlq
 from .backoff import retry_delay
 from .conf import QueueSettings, get_settings
 from .consumers import ConsumerSpec, ReceivedMessage
+from .dbconn import close_quietly, tidy_connections
 from .exceptions import ConfigurationError, Reject, Retry
 from .executor import PartitionExecutor
 from .handlers import HandlerRunner
 from .leasing import LeaseKeeper
 from .outage import OutageReporter
-from .replay import is_for_other_group
 from .retry import with_retries
 from .scheduler import Scheduler
 from .schedules import Schedule
@@ -82,30 +83,6 @@ class _Outcomes:
     errors: dict[tuple[int, int], str] = field(default_factory=dict)
     dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
     unprocessed: list[tuple[int, int]] = field(default_factory=list)
-
-
-def tidy_connections() -> None:
-    """Close connections that broke or outlived ``CONN_MAX_AGE``; keep healthy ones.
-
-    Django's ``close_old_connections()`` closes a connection whose ``CONN_MAX_AGE`` is 0
-    (the default: "one connection per request") every time it is called, which would
-    make a worker reconnect on every poll. A worker is not a request: it keeps its
-    connection unless it broke, or unless a positive ``CONN_MAX_AGE`` has passed.
-    """
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is None or connection.in_atomic_block:
-            continue
-        if connection.errors_occurred:
-            if connection.is_usable():
-                connection.errors_occurred = False
-            else:
-                connection.close()
-        elif (
-            connection.settings_dict.get("CONN_MAX_AGE")
-            and connection.close_at is not None
-            and time.monotonic() >= connection.close_at
-        ):
-            connection.close()
 
 
 def describe_error(exc: BaseException) -> str:
@@ -239,7 +216,7 @@ class Worker:
                     count, was_full = self.poll(sub)
                 except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
                     self.outage.failure(logger, exc, "poll failed group=%s topic=%s", sub.group, sub.topic)
-                    _close_quietly(self.store.using)
+                    close_quietly(self.store.using)
                     count, was_full = 0, False
                 else:
                     self.outage.reachable()
@@ -439,7 +416,7 @@ class Worker:
         return batches, parked, full
 
     def _handle(self, sub: Subscription, m: FetchedMessage, outcomes: _Outcomes, invoke: HandlerRunner) -> None:
-        if is_for_other_group(m.metadata, sub.group):
+        if dlq.is_for_other_group(m.metadata, sub.group):
             # A dead letter replayed for another group (ops.deadletters): ack, do not handle.
             outcomes.acks[m.partition].append(m.offset)
             return
@@ -511,7 +488,7 @@ class Worker:
             self._db("release deliveries", lambda: store.release_deliveries(group, topic, name, outcomes.unprocessed))
 
     def _dead_letter(self, sub: Subscription, m: FetchedMessage, attempts: int, error: str) -> None:
-        dlq_topic = f"{sub.topic}{self.conf.DLQ_SUFFIX}"
+        dlq_topic = dlq.dlq_topic(sub.topic, self.conf.DLQ_SUFFIX)
         self._db(
             "dead letter",
             lambda: self.store.dead_letter(
@@ -547,14 +524,6 @@ def _log_handler_failure(exc: BaseException, then: str, context: tuple[Any, ...]
         f"{type(exc).__name__}: {exc}",
         exc_info=exc,
     )
-
-
-def _close_quietly(using: str) -> None:
-    """Close a connection that failed; closing a broken one may raise too."""
-    try:
-        connections[using].close()
-    except Exception:  # it is being discarded
-        logger.debug("closing the failed connection raised", exc_info=True)
 
 
 def _attempt(m: FetchedMessage) -> int:

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqlqueue import ops, publish
+from django_sqlqueue.dlq import REPLAY_KEY, is_for_other_group
 from django_sqlqueue.models import (
     ConsumerOffset,
     DeliveryState,
@@ -19,7 +20,6 @@ from django_sqlqueue.models import (
     PausedTopic,
     SubscriberHeartbeat,
 )
-from django_sqlqueue.replay import REPLAY_KEY, is_for_other_group
 from django_sqlqueue.sequencer import sequence
 
 from . import console_scene

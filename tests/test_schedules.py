@@ -125,7 +125,7 @@ def test_bad_schedules_are_refused(spec: dict, match: str) -> None:
 def test_settings_schedules_are_validated_with_the_rest_of_sqlqueue() -> None:
     with (
         task_settings(SCHEDULES={"x": {"cron": "nope", "topic": "t"}}),
-        pytest.raises(ConfigurationError, match="E010"),
+        pytest.raises(ConfigurationError, match="E011"),
     ):
         get_settings()
 
@@ -139,8 +139,8 @@ def test_code_declared_schedules() -> None:
         with pytest.raises(ConfigurationError, match="twice"):
             schedule_message("ping", "*/10 * * * *", topic="tsk.ping", payload={"a": 1})
         with task_settings(SCHEDULES={"ping": EVERY_SECOND}), pytest.raises(ConfigurationError, match="both"):
-            all_schedules()
-        names = [s.name for s in all_schedules()]
+            all_schedules(get_settings().SCHEDULES)
+        names = [s.name for s in all_schedules(get_settings().SCHEDULES)]
         assert names == ["ping", "tests.taskapp.tasks.tick"]
         with pytest.raises(ConfigurationError, match="Task"):
             recurring("* * * * *")(lambda: None)

@@ -12,7 +12,7 @@ Replay, in one transaction per batch:
    ``metadata["sqlqueue_replay"] = {"consumer_group": <the failing group>, ...}``.
 
 Every group's workers read the copy; those of other groups ack it without calling
-their handler (``django_sqlqueue.replay.is_for_other_group``, the engine hook), so it
+their handler (``django_sqlqueue.dlq.is_for_other_group``, the engine hook), so it
 is delivered again to the failing group only. Should the copy fail again, it is
 dead-lettered again as a new dead letter (its id differs), which can be replayed in
 turn; the replay metadata keeps the first original id and counts the replays.
@@ -30,9 +30,9 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from ..conf import get_settings
+from ..dlq import REPLAY_KEY
 from ..models import Message
 from ..publisher import write_messages
-from ..replay import REPLAY_KEY
 from ..tasks.replay import is_task_payload, prepare_replayed_task
 from ..validation import PreparedMessage, encode_json
 from . import _db

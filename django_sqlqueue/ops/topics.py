@@ -9,7 +9,7 @@ from django.db import transaction
 
 from ..conf import MAX_PARTITIONS, get_settings
 from ..dialects.console import distinct_topics_sql
-from ..models import TOPIC_COLUMN_LENGTH
+from ..limits import TOPIC_COLUMN_LENGTH
 from ..validation import validate_topic
 from . import _db
 from ._db import NotFound, OperationError

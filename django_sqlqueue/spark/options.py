@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigurationError
+from ..limits import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Option names of the connection (all lower-case, as Spark delivers them).
 CONNECTION_OPTIONS = ("engine", "host", "port", "database", "user", "password", "dboptions", "sqlqueue")
@@ -179,8 +180,6 @@ def get_time(options: Mapping[str, str], name: str) -> dt.datetime | None:
 
 def get_topics(options: Mapping[str, str]) -> list[str]:
     """Return the topics of the ``topic`` option (comma-separated), validated."""
-    from ..conf import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
-
     raw = options.get("topic") or options.get("topics") or ""
     topics = [t.strip() for t in str(raw).split(",") if t.strip()]
     if not topics:

@@ -9,10 +9,11 @@ any more. So an operator's rewind is never undone by a late ack from the former 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from django.db import transaction
 
+from ..dlq import dead_letter_id, dead_letter_metadata
+from ..publisher import write_dead_letter
 from ..validation import MAX_ERROR_LENGTH
 from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
@@ -209,24 +210,20 @@ class AckStore(StoreBase):
         collide; its metadata names the group and the original position. Returns False
         (nothing written) if ``name`` no longer holds the partition.
         """
-        from ..publisher import write_dead_letter
-
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             if not self.lock_held(cursor, group, topic, name, [message.partition]):
                 return False
-            metadata: dict[str, Any] = {
-                **(message.metadata or {}),
-                "dead_letter": {
-                    "consumer_group": group,
-                    "original_partition": message.partition,
-                    "original_offset": message.offset,
-                    "original_id": message.id,
-                },
-            }
+            metadata = dead_letter_metadata(
+                message.metadata,
+                group=group,
+                partition=message.partition,
+                offset=message.offset,
+                original_id=message.id,
+            )
             write_dead_letter(
                 dlq_topic,
                 key=message.key,
-                id=f"{group}:{message.id}",
+                id=dead_letter_id(group, message.id),
                 payload=message.payload,
                 metadata=metadata,
                 created_at=message.created_at,

@@ -60,7 +60,7 @@ class Command(BaseCommand):
                 f" (registered group:topic pairs: {known})."
             )
         name = options["name"] or f"{socket.gethostname()}:{os.getpid()}"
-        schedules = [] if options["no_schedules"] else all_schedules()
+        schedules = [] if options["no_schedules"] else all_schedules(get_settings().SCHEDULES)
         worker = Worker(specs, name=name, conf=get_settings(), concurrency=options["concurrency"], schedules=schedules)
         with graceful_signals(worker.stop):
             worker.run()

@@ -1,0 +1,34 @@
+"""Name rules and column widths: the leaf every other module takes them from.
+
+It imports nothing of the package (and nothing of Django), so models, settings,
+validation and the Spark options (which run before the app registry is ready) can all
+use the same numbers without importing each other.
+
+Keys are bounded so that every composite index stays under InnoDB's 3072-byte limit in
+utf8mb4.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Longest topic a publisher may use. The column is wider so the DLQ suffix fits.
+MAX_TOPIC_LENGTH = 128
+#: Longest DLQ suffix; ``MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH`` is the column width.
+MAX_DLQ_SUFFIX_LENGTH = 32
+#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``.
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+#: Width of every topic column: a publisher's topic plus the DLQ suffix.
+TOPIC_COLUMN_LENGTH = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
+#: Longest ordering key.
+KEY_LENGTH = 128
+#: Longest id a publisher may give.
+MAX_MESSAGE_ID_LENGTH = 128
+#: The id column is wider than MAX_MESSAGE_ID_LENGTH: a dead letter's id is
+#: ``<consumer group>:<original id>`` (see ``dlq.py``).
+MESSAGE_ID_LENGTH = 300
+#: Longest consumer group name.
+CONSUMER_GROUP_LENGTH = 128
+#: Longest subscriber (worker) name.
+SUBSCRIBER_NAME_LENGTH = 255
