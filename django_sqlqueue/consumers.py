@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from .validation import validate_group, validate_topic
 
 if TYPE_CHECKING:
     from .store import QueueStore
+
+logger = logging.getLogger(__name__)
 
 Handler = Callable[["ReceivedMessage"], Any]
 
@@ -172,12 +175,16 @@ class ReceivedMessage:
     deliver_at: dt.datetime
     group: str
     _store: QueueStore | None = field(default=None, repr=False, compare=False)
+    #: The subscriber (worker) that holds the partition's lease and delivered the message.
+    _subscriber: str | None = field(default=None, repr=False, compare=False)
 
-    def extend_visibility(self, seconds: float) -> None:
+    def extend_visibility(self, seconds: float) -> bool:
         """Keep the message invisible to redelivery for ``seconds`` more, from now.
 
         Call it periodically during long work so the visibility timeout does not expire
-        and hand the message to another delivery. The retry count is not changed.
+        and hand the message to another delivery. The retry count is not changed. Return
+        False (nothing written) when this worker no longer holds the message's partition:
+        its delivery state belongs to the new holder then, like every other write.
         """
         if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0):
             raise ValueError(f"extend_visibility() takes a positive number of seconds, got {seconds!r}.")
@@ -188,21 +195,32 @@ class ReceivedMessage:
                 "extend_visibility() cannot run inside an async handler (the database call would block "
                 "the event loop); use `await message.aextend_visibility(seconds)`."
             )
-        self._store.extend_visibility(self.group, self.topic, self.partition, self.offset, seconds)
+        return self._extend_visibility_sync(seconds)
 
-    async def aextend_visibility(self, seconds: float) -> None:
+    async def aextend_visibility(self, seconds: float) -> bool:
         """Async variant of :meth:`extend_visibility`, for ``async def`` handlers."""
         from asgiref.sync import sync_to_async
 
         # Validate here, so a bad argument raises before any thread hop.
         if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0):
             raise ValueError(f"aextend_visibility() takes a positive number of seconds, got {seconds!r}.")
-        await sync_to_async(self._extend_visibility_sync, thread_sensitive=True)(seconds)
+        return await sync_to_async(self._extend_visibility_sync, thread_sensitive=True)(seconds)
 
-    def _extend_visibility_sync(self, seconds: float) -> None:
-        if self._store is None:
+    def _extend_visibility_sync(self, seconds: float) -> bool:
+        if self._store is None or self._subscriber is None:
             raise RuntimeError("this message was not delivered by a worker")
-        self._store.extend_visibility(self.group, self.topic, self.partition, self.offset, seconds)
+        extended = self._store.extend_visibility(
+            self.group, self.topic, self._subscriber, self.partition, self.offset, seconds
+        )
+        if not extended:
+            logger.warning(
+                "visibility not extended: the partition's lease was lost group=%s topic=%s partition=%d offset=%d",
+                self.group,
+                self.topic,
+                self.partition,
+                self.offset,
+            )
+        return extended
 
 
 def _in_event_loop() -> bool:

@@ -60,3 +60,12 @@ class IdempotencyConflict(InvalidMessage):
 
 class OutboxWarning(UserWarning):
     """``publish()`` cannot join the caller's transaction (it is on another alias)."""
+
+
+class WorkerCrashed(SQLQueueError):
+    """A worker stopped because one of its side threads (lease keeper, scheduler) died.
+
+    The worker hands back what it can (in-flight messages, leases) and ``runconsumer``
+    exits with a non-zero status, so a process manager restarts it: a worker without its
+    lease keeper would poll on with leases nobody renews.
+    """

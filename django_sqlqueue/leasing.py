@@ -1,4 +1,4 @@
-"""The lease keeper: heartbeats, fair share, lease renewal and acquisition, GC.
+"""The lease keeper: heartbeats, fair share, lease renewal and acquisition.
 
 It runs on its own thread with its own database connection, so a slow handler on the
 poll loop never delays a renewal. Every ``LEASE_RENEW_INTERVAL`` it does, for each
@@ -32,7 +32,11 @@ fewer partitions than its share while some are free, it runs a round at once. So
 worker that starts next to one holding every partition gets its share within about a
 second, not a whole renew interval later.
 
-Every ``GC_INTERVAL`` it also garbage-collects the partitions it holds.
+It is the one place that creates the group's watermark rows: for the partitions it
+acquires, and for held partitions the poll found without one (``sub.missing_offsets``).
+
+It is a :class:`~django_sqlqueue.service.ServiceThread`: if it dies, the worker stops
+and exits non-zero rather than poll on with leases nobody renews.
 
 Failures caused by an unreachable database go to the worker's
 :class:`~django_sqlqueue.outage.OutageReporter` (a few lines per outage, shared with the
@@ -44,22 +48,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import threading
 import time
-
-from django.db import connections
+from functools import partial
 
 from .conf import QueueSettings
 from .outage import OutageReporter, is_unreachable
-from .retry import with_retries
+from .service import ServiceThread
 from .store import QueueStore
 from .subscription import Subscription
 
 logger = logging.getLogger(__name__)
 
-#: Heartbeat rows not renewed for this long are deleted (the group stays known through
-#: its watermark rows).
-FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
 #: Seconds between cheap membership checks (two small queries per subscription).
 MEMBERSHIP_CHECK_INTERVAL = 1.0
 #: Seconds between the first heartbeat and the first share computation (at most a third
@@ -67,8 +66,11 @@ MEMBERSHIP_CHECK_INTERVAL = 1.0
 STARTUP_SETTLE = 1.0
 
 
-class LeaseKeeper:
+class LeaseKeeper(ServiceThread):
     """Keeps the leases of a worker's subscriptions; see the module docstring."""
+
+    thread_name = "sqlqueue-lease-keeper"
+    title = "lease keeper"
 
     def __init__(
         self,
@@ -78,70 +80,54 @@ class LeaseKeeper:
         *,
         outage: OutageReporter | None = None,
     ) -> None:
+        super().__init__(
+            using=store.using,
+            outage=outage or OutageReporter(alias=store.using, report_interval=conf.OUTAGE_REPORT_INTERVAL),
+            stop_timeout=conf.LEASE_DURATION,
+        )
         self.subscriptions = subscriptions
         self.store = store
         self.conf = conf
-        self.stop_event = threading.Event()
-        self.outage = outage or OutageReporter(alias=store.using, report_interval=conf.OUTAGE_REPORT_INTERVAL)
-        self._thread: threading.Thread | None = None
-        self._last_gc = time.monotonic()
 
-    # -- thread ------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sqlqueue-lease-keeper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.conf.LEASE_DURATION)
-
-    def _run(self) -> None:
+    def body(self) -> None:
         renew = self.conf.LEASE_RENEW_INTERVAL
-        try:
-            self.announce()
-            self.stop_event.wait(min(STARTUP_SETTLE, self.conf.LEASE_DURATION / 3))
-            next_round = 0.0
-            while not self.stop_event.is_set():
-                if time.monotonic() >= next_round:
-                    self.tick()
-                    next_round = time.monotonic() + renew
-                else:
-                    self.check_membership()
-                wait = min(MEMBERSHIP_CHECK_INTERVAL, next_round - time.monotonic())
-                self.stop_event.wait(max(0.0, wait))
-        finally:
-            connections.close_all()
+        self.announce()
+        self.stop_event.wait(min(STARTUP_SETTLE, self.conf.LEASE_DURATION / 3))
+        next_round = 0.0
+        while not self.stop_event.is_set():
+            if time.monotonic() >= next_round:
+                self.tick()
+                next_round = time.monotonic() + renew
+            else:
+                self.check_membership()
+            wait = min(MEMBERSHIP_CHECK_INTERVAL, next_round - time.monotonic())
+            self.stop_event.wait(max(0.0, wait))
 
     def announce(self) -> None:
         """Heartbeat every subscription once, so workers starting together count each other."""
         for sub in self.subscriptions:
             try:
-                self._db("heartbeat", lambda sub=sub: self.store.heartbeat(sub.group, sub.topic, sub.name))
-            except Exception:
-                logger.exception("heartbeat failed group=%s topic=%s", sub.group, sub.topic)
-                connections[self.store.using].close()
+                self.db("heartbeat", partial(self.store.heartbeat, sub.group, sub.topic, sub.name))
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.failed(exc, "heartbeat failed group=%s topic=%s", sub.group, sub.topic)
 
     def check_membership(self) -> None:
         """Run a round now for subscriptions whose group changed or that could take more."""
         store, lease = self.store, self.conf.LEASE_DURATION
         for sub in self.subscriptions:
             try:
-                active = self._db(
-                    "count subscribers", lambda sub=sub: store.active_subscribers(sub.group, sub.topic, lease)
-                )
+                if sub.missing_offsets:
+                    missing, sub.missing_offsets = sorted(sub.missing_offsets), frozenset()
+                    self.db("create watermarks", partial(store.ensure_offsets, sub.group, sub.topic, missing))
+                active = self.db("count subscribers", partial(store.active_subscribers, sub.group, sub.topic, lease))
                 hungry = sub.cap is not None and len(sub.held) < sub.cap
                 if active != sub.active or (
                     hungry
-                    and self._db(
-                        "find free partitions", lambda sub=sub: store.free_partitions(sub.group, sub.topic, lease)
-                    )
+                    and self.db("find free partitions", partial(store.free_partitions, sub.group, sub.topic, lease))
                 ):
                     self.rebalance(sub)
             except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-                self.outage.failure(logger, exc, "membership check failed group=%s topic=%s", sub.group, sub.topic)
-                self._close_quietly()
+                self.failed(exc, "membership check failed group=%s topic=%s", sub.group, sub.topic)
             else:
                 self.outage.reachable()
 
@@ -153,24 +139,11 @@ class LeaseKeeper:
             try:
                 self.rebalance(sub)
             except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-                self.outage.failure(logger, exc, "lease round failed group=%s topic=%s", sub.group, sub.topic)
-                self._close_quietly()
+                self.failed(exc, "lease round failed group=%s topic=%s", sub.group, sub.topic)
             else:
                 self.outage.reachable()
             finally:
                 sub.ready.set()
-        if time.monotonic() - self._last_gc >= self.conf.GC_INTERVAL:
-            self._last_gc = time.monotonic()
-            self.collect_garbage()
-
-    def _db(self, what: str, fn):  # type: ignore[no-untyped-def]
-        return with_retries(fn, using=self.store.using, what=what, stop_event=self.stop_event)
-
-    def _close_quietly(self) -> None:
-        try:
-            connections[self.store.using].close()
-        except Exception:  # a broken connection being discarded
-            logger.debug("closing the failed connection raised", exc_info=True)
 
     def fair_share(self, sub: Subscription) -> int | None:
         """ceil(partitions / live subscribers), or None (no cap) if it cannot be computed.
@@ -179,8 +152,8 @@ class LeaseKeeper:
         """
         store, lease = self.store, self.conf.LEASE_DURATION
         try:
-            names = self._db("list subscribers", lambda: store.active_subscriber_names(sub.group, sub.topic, lease))
-            total = self._db("count partitions", lambda: store.partition_count(sub.topic))
+            names = self.db("list subscribers", lambda: store.active_subscriber_names(sub.group, sub.topic, lease))
+            total = self.db("count partitions", lambda: store.partition_count(sub.topic))
         except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
             self.outage.failure(
                 logger, exc, "fair share failed, acquiring without a cap group=%s topic=%s", sub.group, sub.topic
@@ -196,10 +169,10 @@ class LeaseKeeper:
     def rebalance(self, sub: Subscription) -> None:
         store, lease = self.store, self.conf.LEASE_DURATION
         group, topic, name = sub.group, sub.topic, sub.name
-        self._db("heartbeat", lambda: store.heartbeat(group, topic, name))
+        self.db("heartbeat", lambda: store.heartbeat(group, topic, name))
         if sub.per_key:
-            self._db("discover partitions", lambda: store.discover_partitions(topic))
-        if self._db("check pause", lambda: store.paused(group, topic)):
+            self.db("discover partitions", lambda: store.discover_partitions(topic))
+        if self.db("check pause", lambda: store.paused(group, topic)):
             if not sub.paused:
                 logger.warning("paused by an operator, releasing leases group=%s topic=%s", group, topic)
             self.hand_over(sub, frozenset(), None)
@@ -209,7 +182,7 @@ class LeaseKeeper:
             logger.warning("resumed by an operator group=%s topic=%s", group, topic)
             sub.paused = False
         cap = self.fair_share(sub)
-        held = self._db("renew leases", lambda: store.renew_leases(group, topic, name))
+        held = self.db("renew leases", lambda: store.renew_leases(group, topic, name))
         logger.debug(
             "renewed leases group=%s topic=%s subscriber=%s held=%d cap=%s active=%s",
             group,
@@ -229,11 +202,11 @@ class LeaseKeeper:
             held = held[:cap]
         wanted = None if cap is None else cap - len(held)
         if wanted is None or wanted > 0:
-            free = self._db("find free partitions", lambda: store.free_partitions(group, topic, lease))
+            free = self.db("find free partitions", lambda: store.free_partitions(group, topic, lease))
             free.sort(key=lambda p: self._preference(sub, p))
             candidates = free if wanted is None else free[:wanted]
             taken = (
-                self._db("acquire leases", lambda: store.acquire_leases(group, topic, candidates, name, lease))
+                self.db("acquire leases", lambda: store.acquire_leases(group, topic, candidates, name, lease))
                 if candidates
                 else []
             )
@@ -245,7 +218,7 @@ class LeaseKeeper:
                     sorted(set(candidates) - set(taken)),
                 )
             if taken:
-                self._db("create watermarks", lambda: store.ensure_offsets(group, topic, taken))
+                self.db("create watermarks", partial(store.ensure_offsets, group, topic, taken))
                 logger.info("acquired leases group=%s topic=%s partitions=%s", group, topic, taken)
                 held = sorted({*held, *taken})
         sub.held = frozenset(held)
@@ -276,7 +249,7 @@ class LeaseKeeper:
             # thread after the poll that dispatched it returned: wait for it as well. No
             # new batch of it can start: it is out of ``held`` and we hold the poll lock.
             sub.in_flight.wait_idle(release, timeout=max(0.0, deadline - time.monotonic()))
-            self._db("release leases", lambda: self.store.release_leases(sub.group, sub.topic, sub.name, release))
+            self.db("release leases", lambda: self.store.release_leases(sub.group, sub.topic, sub.name, release))
         finally:
             if got:
                 sub.poll_lock.release()
@@ -285,8 +258,8 @@ class LeaseKeeper:
         """Graceful shutdown: give every partition back and deregister, so others take over at once."""
         for sub in self.subscriptions:
             try:
-                self._db("release leases", lambda sub=sub: self.store.release_leases(sub.group, sub.topic, sub.name))
-                self._db("deregister", lambda sub=sub: self.store.deregister(sub.group, sub.topic, sub.name))
+                self.db("release leases", partial(self.store.release_leases, sub.group, sub.topic, sub.name))
+                self.db("deregister", partial(self.store.deregister, sub.group, sub.topic, sub.name))
                 sub.held = frozenset()
                 logger.info("released all leases group=%s topic=%s subscriber=%s", sub.group, sub.topic, sub.name)
             except Exception as exc:
@@ -299,20 +272,3 @@ class LeaseKeeper:
                     )
                 else:
                     logger.exception("could not release leases group=%s topic=%s", sub.group, sub.topic)
-
-    def collect_garbage(self) -> None:
-        for sub in self.subscriptions:
-            held = sorted(sub.held)
-            try:
-                deleted = self._db(
-                    "garbage collection",
-                    lambda sub=sub, held=held: self.store.collect_garbage(sub.topic, held, self.conf.RETENTION),
-                )
-                self._db(
-                    "forget subscribers",
-                    lambda sub=sub: self.store.forget_subscribers(sub.topic, FORGET_SUBSCRIBERS_AFTER),
-                )
-                if deleted:
-                    logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
-            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-                self.outage.failure(logger, exc, "garbage collection failed topic=%s", sub.topic)

@@ -87,3 +87,18 @@ def with_retries(
                 logger.warning("retrying %s after %s (attempt %d/%d)", what, exc, attempt, attempts)
             time.sleep(pause)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Retrying:
+    """``with_retries`` bound to one alias and stop event: ``db("what", fn)`` returns ``fn()``.
+
+    Each of a worker's threads (poll loop, handler threads, lease keeper) builds one for
+    the queue alias and the worker's stop event, so a stop cuts a retry pause short.
+    """
+
+    def __init__(self, using: str, stop_event: threading.Event | None = None) -> None:
+        self.using = using
+        self.stop_event = stop_event
+
+    def __call__(self, what: str, fn: Callable[[], T]) -> T:
+        return with_retries(fn, using=self.using, what=what, stop_event=self.stop_event)

@@ -32,15 +32,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils.module_loading import import_string
 
+from .conf import DEFAULT_OUTAGE_REPORT_INTERVAL
 from .outage import OutageReporter
 from .publisher import publish
 from .schedules import Schedule
+from .service import ServiceThread
 from .store import QueueStore
 from .task_models import ScheduleState
 
@@ -48,10 +49,15 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between a worker's checks for due ticks.
 CHECK_INTERVAL = 1.0
+#: Seconds a stopping worker waits for a scheduler pass in progress.
+STOP_TIMEOUT = 10.0
 
 
-class Scheduler:
+class Scheduler(ServiceThread):
     """Fires due ticks of ``schedules`` on its own thread (or synchronously: :meth:`run_once`)."""
+
+    thread_name = "sqlqueue-scheduler"
+    title = "scheduler"
 
     def __init__(
         self,
@@ -61,40 +67,25 @@ class Scheduler:
         interval: float = CHECK_INTERVAL,
         outage: OutageReporter | None = None,
     ) -> None:
+        super().__init__(
+            using=using,
+            outage=outage or OutageReporter(alias=using, report_interval=DEFAULT_OUTAGE_REPORT_INTERVAL),
+            stop_timeout=STOP_TIMEOUT,
+        )
         self.schedules = schedules
-        self.using = using
         self.interval = interval
         self.store = QueueStore(using)
-        self.outage = outage or OutageReporter(alias=using, report_interval=30.0)
-        self.stop_event = threading.Event()
         self._next: dict[str, dt.datetime] = {}
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sqlqueue-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                try:
-                    self.run_once()
-                except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-                    self.outage.failure(logger, exc, "scheduler pass failed")
-                    try:
-                        connections[self.using].close()
-                    except Exception:  # a broken connection being discarded
-                        logger.debug("closing the failed connection raised", exc_info=True)
-                else:
-                    self.outage.reachable()
-                self.stop_event.wait(self.interval)
-        finally:
-            connections.close_all()
+    def body(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.failed(exc, "scheduler pass failed")
+            else:
+                self.outage.reachable()
+            self.stop_event.wait(self.interval)
 
     def run_once(self) -> dict[str, int]:
         """Fire every due tick now; return the ticks fired per schedule name."""
@@ -163,9 +154,10 @@ def fire(schedule: Schedule, tick: dt.datetime, *, using: str) -> Any:
         )
     task = import_string(schedule.task)  # type: ignore[arg-type]
     backend = task.get_backend()
-    from .tasks.backend import SQLQueueBackend
-
-    if not isinstance(backend, SQLQueueBackend):
+    # The sqlqueue tasks backend can publish in this transaction (duck-typed, so the engine
+    # does not import the optional tasks layer).
+    enqueue_with = getattr(backend, "enqueue_with", None)
+    if enqueue_with is None:
         # Another backend cannot join this transaction: at-least-once at best.
         logger.warning(
             "schedule %s: task %s is not on SQLQueueBackend; enqueued outside the tick's transaction",
@@ -173,4 +165,4 @@ def fire(schedule: Schedule, tick: dt.datetime, *, using: str) -> Any:
             schedule.task,
         )
         return task.enqueue(*schedule.args, **schedule.kwargs)
-    return backend.enqueue_with(task, schedule.args, schedule.kwargs, id=tick_id)
+    return enqueue_with(task, schedule.args, schedule.kwargs, id=tick_id)

@@ -31,6 +31,9 @@ class Subscription:
     cap: int | None = None
     #: This subscriber's place in the sorted live names (None: unknown); see leasing.
     rank: int | None = None
+    #: Held partitions the poll found without the group's watermark row: the keeper
+    #: creates them (it is the one place that creates watermark rows).
+    missing_offsets: frozenset[int] = frozenset()
     #: Set once the keeper has run its first round (leases taken or not).
     ready: threading.Event = field(default_factory=threading.Event)
     #: Held by the poll loop during a poll; the keeper takes it before giving leases back.

@@ -21,75 +21,44 @@ fetched again until that batch's outcomes are written, so order within a partiti
 
 Polling adapts: immediately again after a full batch, ``POLL_INTERVAL`` after a partial
 one, and, while idle, an interval doubling up to ``POLL_INTERVAL_MAX``.
+
+This module holds the worker's lifecycle, its cadence and the poll's planning; a batch's
+handlers and outcomes are ``batch.py``, the side threads ``leasing.py`` (leases) and
+``scheduler.py`` (recurring schedules), supervised here (``service.py``); garbage
+collection runs between polls (``collector.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import random
 import threading
 import time
-import traceback
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
 
 from django.db import connections
 
-from . import dlq
-from .backoff import retry_delay
+from .batch import BatchRunner, Stats
+from .collector import GarbageCollector
 from .conf import QueueSettings, get_settings
-from .consumers import ConsumerSpec, ReceivedMessage
+from .consumers import ConsumerSpec
 from .dbconn import close_quietly, tidy_connections
-from .exceptions import ConfigurationError, Reject, Retry
+from .exceptions import ConfigurationError, WorkerCrashed
 from .executor import PartitionExecutor
 from .handlers import HandlerRunner
 from .leasing import LeaseKeeper
 from .outage import OutageReporter
-from .retry import with_retries
+from .poller import Poller
+from .retry import Retrying
 from .scheduler import Scheduler
 from .schedules import Schedule
 from .sequencer import Sequencer
-from .store import SCHEDULED, FetchedMessage, FetchPlan, PartitionState, QueueStore
+from .service import ServiceThread
+from .store import QueueStore
 from .subscription import Subscription
 
 logger = logging.getLogger(__name__)
 
-#: Lines of traceback kept in a dead letter's ``last_error``.
-TRACEBACK_LINES = 12
-
-
-@dataclass
-class Stats:
-    delivered: int = 0
-    acked: int = 0
-    nacked: int = 0
-    dead_lettered: int = 0
-    #: Handler threads update the counters too.
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self.lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
-
-
-@dataclass
-class _Outcomes:
-    acks: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
-    nacks: list[tuple[int, int, float]] = field(default_factory=list)
-    #: (partition, offset) -> the error of a nacked attempt.
-    errors: dict[tuple[int, int], str] = field(default_factory=dict)
-    dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
-    unprocessed: list[tuple[int, int]] = field(default_factory=list)
-
-
-def describe_error(exc: BaseException) -> str:
-    """Exception type, message and a short traceback, for ``last_error``."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    tail = "".join(lines[-TRACEBACK_LINES:])
-    return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}\n{tail}"
+__all__ = ["Stats", "Worker"]
 
 
 class Worker:
@@ -121,16 +90,28 @@ class Worker:
         self.sequencer = Sequencer(self.store.using)
         self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
         self.stop_event = threading.Event()
-        # One outage reporter for the poll loop and the lease keeper (django_sqlqueue.outage).
+        self.db = Retrying(self.store.using, self.stop_event)
+        # One outage reporter for the poll loop and the side threads (django_sqlqueue.outage).
         self.outage = OutageReporter(alias=self.store.using, report_interval=self.conf.OUTAGE_REPORT_INTERVAL)
         self.keeper = LeaseKeeper(self.subscriptions, self.store, self.conf, outage=self.outage)
         # Calls sync and async handlers; owns this worker's event loop (django_sqlqueue.handlers).
         self.invoke = HandlerRunner()
         self.scheduler = Scheduler(schedules, using=self.store.using, outage=self.outage) if schedules else None
         self.stats = Stats()
-        self._rng = random.Random()
+        self.batches = BatchRunner(self.store, self.conf, stats=self.stats, stop_event=self.stop_event, db=self.db)
+        self.poller = Poller(
+            self.store, self.sequencer, self.conf, db=self.db, batches=self.batches, invoke=self.invoke
+        )
+        self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
+        #: The side thread whose death stopped the worker (None: none died).
+        self.crashed: ServiceThread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def services(self) -> list[ServiceThread]:
+        """The side threads this worker runs and supervises."""
+        return [self.keeper] + ([self.scheduler] if self.scheduler is not None else [])
 
     def stop(self) -> None:
         """Ask the worker to finish the message(s) in hand and shut down gracefully."""
@@ -139,7 +120,11 @@ class Worker:
             self.executor.finished.set()  # wake the poll loop
 
     def run(self) -> None:
-        """Poll until stopped; then hand back unprocessed messages, leases and heartbeats."""
+        """Poll until stopped; then hand back unprocessed messages, leases and heartbeats.
+
+        Raises :class:`~django_sqlqueue.exceptions.WorkerCrashed` (after the hand-back) when
+        a side thread died.
+        """
         logger.info(
             "worker starting subscriber=%s consumers=%s concurrency=%d",
             self.name,
@@ -147,13 +132,13 @@ class Worker:
             self.concurrency,
         )
         self.register_topics()
-        self.keeper.start()
+        self.keeper.start(on_death=self._service_died)
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
         if self.concurrency > 1:
-            self.executor = PartitionExecutor(self.concurrency)
+            self.executor = self.poller.executor = PartitionExecutor(self.concurrency)
         if self.scheduler is not None:
-            self.scheduler.start()
+            self.scheduler.start(on_death=self._service_died)
         try:
             self._loop()
         finally:
@@ -162,9 +147,8 @@ class Worker:
                 # back and write their outcomes before the leases are released.
                 self.executor.finished.set()
                 self.executor.shutdown()
-            if self.scheduler is not None:
-                self.scheduler.stop()
-            self.keeper.stop()
+            for service in reversed(self.services):
+                service.stop()
             self.keeper.release_all()
             self.invoke.close()
             connections.close_all()
@@ -176,6 +160,32 @@ class Worker:
                 self.stats.nacked,
                 self.stats.dead_lettered,
             )
+        if self.crashed is not None:
+            error = self.crashed.error
+            logger.error(
+                "worker exiting subscriber=%s: its %s thread died (%s: %s); leases released, in-flight messages "
+                "handed back",
+                self.name,
+                self.crashed.title,
+                type(error).__name__,
+                error,
+            )
+            raise WorkerCrashed(
+                f"worker {self.name}: its {self.crashed.title} thread died ({type(error).__name__}: {error}); "
+                "the worker stopped so that it can be restarted."
+            )
+
+    def _service_died(self, service: ServiceThread) -> None:
+        """Called on a side thread that ends unasked: stop the worker (it exits non-zero)."""
+        if self.crashed is None:
+            self.crashed = service
+        self.stop()
+
+    def _supervise(self) -> None:
+        """Notice a side thread that ended without reporting it (the poll loop checks each round)."""
+        for service in self.services:
+            if service.died:
+                self._service_died(service)
 
     def register_topics(self) -> None:
         """Register the consumed topics with their partition counts; refuse a mismatch.
@@ -187,9 +197,7 @@ class Worker:
         """
         for topic in sorted({sub.topic for sub in self.subscriptions}):
             wanted = self.conf.partitions_for(topic)
-            registered = self._db(
-                "register topic", lambda topic=topic, wanted=wanted: self.store.register_topic(topic, wanted)
-            )
+            registered = self.db("register topic", partial(self.store.register_topic, topic, wanted))
             if registered != wanted:
 
                 def describe(n: int | None) -> str:
@@ -206,6 +214,7 @@ class Worker:
         conf = self.conf
         interval = conf.POLL_INTERVAL
         while not self.stop_event.is_set():
+            self._supervise()
             tidy_connections()
             started = time.monotonic()
             full = delivered = False
@@ -222,6 +231,7 @@ class Worker:
                     self.outage.reachable()
                 delivered = delivered or count > 0
                 full = full or was_full
+            self.collector.run_if_due()
             executor = self.executor
             if executor is not None and executor.free == 0:
                 # Every handler thread has a batch: poll again when one finishes.
@@ -249,296 +259,6 @@ class Worker:
         if self.executor.finished.wait(seconds):
             self.executor.finished.clear()
 
-    def _db(self, what: str, fn: Any) -> Any:
-        return with_retries(fn, using=self.store.using, what=what, stop_event=self.stop_event)
-
-    # -- one poll ------------------------------------------------------------------------
-
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""
-        with sub.poll_lock:  # the lease keeper hands partitions over between polls
-            return self._poll(sub)
-
-    def _poll(self, sub: Subscription) -> tuple[int, bool]:
-        store, group, topic = self.store, sub.group, sub.topic
-        if not sub.held:
-            return 0, False
-        states = self._db("poll state", lambda: store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
-        busy = sub.in_flight.snapshot()
-        # A partition whose batch is still on a handler thread is left alone (order).
-        states = [s for s in states if s.partition in sub.held and s.partition not in busy]
-        missing = [s.partition for s in states if not s.has_offsets_row]
-        if missing:
-            self._db("create watermarks", lambda: store.ensure_offsets(group, topic, missing))
-            return 0, True  # poll again with the watermarks in place
-        by_key: dict[int, PartitionState] = {s.partition: s for s in states}
-        unsequenced = [s.partition for s in states if s.unsequenced]
-        if unsequenced:
-            heads = self._db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
-            for partition, head in heads.items():
-                by_key[partition] = replace(by_key[partition], head=head)
-            states = [by_key[s.partition] for s in states]
-        plans: list[FetchPlan] = []
-        for state in states:
-            if state.advanceable:
-                key, wm = state.partition, state.watermark
-                new = self._db(
-                    "advance watermark",
-                    lambda key=key, wm=wm: store.advance_watermark(group, topic, sub.name, key, wm),
-                )
-                state = by_key[key] = _with_watermark(state, new)
-            fresh_after = max(state.watermark, state.delivered_max or 0)
-            fresh = state.head > fresh_after
-            due = state.next_due is not None and state.next_due <= state.now
-            if sub.strict and state.in_flight:
-                continue  # strict serialization: wait for the message in flight
-            if fresh or due:
-                plans.append(FetchPlan(state.partition, fresh_after if fresh else None, due))
-        if self.executor is not None:
-            plans = self._share_slots(plans)
-        if not plans:
-            return 0, False
-        logger.debug(
-            "poll group=%s topic=%s leased=%d with_work=%d partitions=%s",
-            group,
-            topic,
-            len(sub.held),
-            len(plans),
-            [p.partition for p in plans],
-        )
-        limit = sub.options.batch_size
-        fetched = self._db("fetch", lambda: store.fetch(group, topic, plans, limit))
-        batches, parked, full = self._select(sub, fetched, by_key)
-        if not batches and not parked:
-            return 0, False
-        for key, batch in batches.items():
-            logger.debug(
-                "batch group=%s topic=%s partition=%d size=%d offsets=%d-%d",
-                group,
-                topic,
-                key,
-                len(batch),
-                batch[0].offset,
-                batch[-1].offset,
-            )
-        if parked:
-            logger.debug("parked delayed messages group=%s topic=%s count=%d", group, topic, len(parked))
-
-        fresh = [m for batch in batches.values() for m in batch if m.retry_count is None]
-        again = [m for batch in batches.values() for m in batch if m.retry_count is not None]
-        held = self._db(
-            "mark delivered",
-            lambda: store.mark_delivered(group, topic, sub.name, fresh, again, parked, sub.options.visibility_timeout),
-        )
-        # A partition whose lease was lost since the poll began (stolen after expiry,
-        # released by an operator) was not recorded: deliver none of its messages.
-        batches = {key: batch for key, batch in batches.items() if key in held}
-        if self.executor is not None:
-            for key in sorted(batches):
-                job = functools.partial(self._run_batch, sub, batches[key], {key: by_key[key]})
-                self.executor.submit(sub.in_flight, key, job)
-            handled = sum(len(b) for b in batches.values())
-            return handled, full or bool(parked)
-        handled = self._run_batch(sub, [m for key in sorted(batches) for m in batches[key]], by_key, self.invoke)
-        # Parking delayed messages is progress too: poll again at once, or ready messages
-        # behind many delayed ones would wait through idle backoff.
-        return handled, full or bool(parked)
-
-    def _share_slots(self, plans: list[FetchPlan]) -> list[FetchPlan]:
-        """Fetch no more partitions than there are free handler threads, rotating the start
-        so that every partition with work gets its turn."""
-        assert self.executor is not None
-        free = self.executor.free
-        if len(plans) <= free:
-            return plans
-        self._turn = (self._turn + 1) % len(plans)
-        rotated = plans[self._turn :] + plans[: self._turn]
-        return rotated[:free]
-
-    def _run_batch(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        states: dict[int, PartitionState],
-        invoke: HandlerRunner,
-    ) -> int:
-        """Run handlers over ``messages`` (offset order per partition) and write the outcomes.
-
-        Runs on the poll loop's thread, or on a handler thread with ``--concurrency``.
-        """
-        if self.executor is not None:
-            tidy_connections()
-        outcomes = _Outcomes()
-        handled = 0
-        for message in messages:
-            key = message.partition
-            if self.stop_event.is_set() or key not in sub.held:
-                outcomes.unprocessed.append((key, message.offset))
-                continue
-            self._handle(sub, message, outcomes, invoke)
-            handled += 1
-        self._complete(sub, outcomes, states)
-        return handled
-
-    def _select(
-        self, sub: Subscription, fetched: list[FetchedMessage], states: dict[int, PartitionState]
-    ) -> tuple[dict[int, list[FetchedMessage]], list[FetchedMessage], bool]:
-        """Choose each partition's batch: the lowest deliverable offsets, up to batch_size.
-
-        Fresh messages whose ``deliver_at`` lies ahead are parked, not delivered; messages
-        delivered ``max_attempts`` times already go to the DLQ without another attempt.
-        """
-        by_key: dict[int, list[FetchedMessage]] = defaultdict(list)
-        for m in fetched:
-            by_key[m.partition].append(m)
-        limit, max_attempts = sub.options.batch_size, sub.options.max_attempts
-        batches: dict[int, list[FetchedMessage]] = {}
-        parked: list[FetchedMessage] = []
-        full = False
-        for key, messages in by_key.items():
-            now = states[key].now
-            batch: list[FetchedMessage] = []
-            for m in sorted(messages, key=lambda m: m.offset):
-                if m.retry_count is None and m.deliver_at > now:
-                    parked.append(m)
-                    continue
-                if len(batch) >= limit:
-                    full = True
-                    break
-                if _attempt(m) > max_attempts:
-                    self._dead_letter(sub, m, _attempt(m) - 1, _expired_error(m, sub))
-                    continue
-                batch.append(m)
-            if len(batch) >= limit:
-                full = True
-            if batch:
-                batches[key] = batch
-        return batches, parked, full
-
-    def _handle(self, sub: Subscription, m: FetchedMessage, outcomes: _Outcomes, invoke: HandlerRunner) -> None:
-        if dlq.is_for_other_group(m.metadata, sub.group):
-            # A dead letter replayed for another group (ops.deadletters): ack, do not handle.
-            outcomes.acks[m.partition].append(m.offset)
-            return
-        attempt = _attempt(m)
-        received = ReceivedMessage(
-            topic=sub.topic,
-            key=m.key,
-            partition=m.partition,
-            offset=m.offset,
-            id=m.id,
-            payload=m.payload,
-            metadata=m.metadata,
-            attempt=attempt,
-            created_at=m.created_at,
-            deliver_at=m.deliver_at,
-            group=sub.group,
-            _store=self.store,
-        )
-        self.stats.add(delivered=1)
-        try:
-            invoke(sub.spec.handler, received)
-        except Reject as exc:
-            outcomes.dead.append((m, attempt, describe_error(exc)))
-        except Exception as exc:  # noqa: BLE001 - any handler error is a nack
-            context = (sub.group, sub.topic, m.partition, m.key, m.offset, m.id, attempt, sub.options.max_attempts)
-            if attempt >= sub.options.max_attempts:
-                _log_handler_failure(exc, "giving up (dead letter)", context)
-                outcomes.dead.append((m, attempt, describe_error(exc)))
-            else:
-                if isinstance(exc, Retry) and exc.delay is not None:
-                    delay = exc.delay
-                else:
-                    delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
-                _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
-                outcomes.nacks.append((m.partition, m.offset, delay))
-                outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
-        else:
-            outcomes.acks[m.partition].append(m.offset)
-            return
-        # A handler that failed may have broken the connection: not the next query's problem.
-        tidy_connections()
-
-    def _complete(self, sub: Subscription, outcomes: _Outcomes, states: dict[int, PartitionState]) -> None:
-        store, group, topic, name = self.store, sub.group, sub.topic, sub.name
-        for message, attempt, error in outcomes.dead:
-            self._dead_letter(sub, message, attempt, error)
-        if outcomes.nacks:
-            self._db("nack", lambda: store.nack(group, topic, name, outcomes.nacks, outcomes.errors))
-            self.stats.add(nacked=len(outcomes.nacks))
-        dead: dict[int, set[int]] = defaultdict(set)
-        for message, _, _ in outcomes.dead:
-            dead[message.partition].add(message.offset)
-        contiguous: list[tuple[int, int, int]] = []
-        plain: list[tuple[int, int]] = []
-        for key, offsets in outcomes.acks.items():
-            done = sorted({*offsets, *dead.get(key, ())})
-            wm = states[key].watermark
-            if done == list(range(wm + 1, wm + len(done) + 1)):
-                contiguous.append((key, wm, wm + len(done)))
-            else:
-                plain += [(key, off) for off in offsets]
-        if contiguous:
-            failed = set(self._db("ack and advance", lambda: store.ack_contiguous(group, topic, name, contiguous)))
-            plain += [(key, off) for key in failed for off in outcomes.acks[key]]
-        if plain:
-            self._db("ack", lambda: store.ack(group, topic, name, plain))
-        self.stats.add(acked=sum(len(v) for v in outcomes.acks.values()))
-        if outcomes.unprocessed:
-            self._db("release deliveries", lambda: store.release_deliveries(group, topic, name, outcomes.unprocessed))
-
-    def _dead_letter(self, sub: Subscription, m: FetchedMessage, attempts: int, error: str) -> None:
-        dlq_topic = dlq.dlq_topic(sub.topic, self.conf.DLQ_SUFFIX)
-        self._db(
-            "dead letter",
-            lambda: self.store.dead_letter(
-                sub.group, sub.topic, sub.name, m, dlq_topic=dlq_topic, attempts=attempts, error=error
-            ),
-        )
-        self.stats.add(dead_lettered=1)
-        logger.warning(
-            "dead-lettered group=%s topic=%s partition=%d offset=%d attempts=%d to=%s error=%s",
-            sub.group,
-            sub.topic,
-            m.partition,
-            m.offset,
-            attempts,
-            dlq_topic,
-            error.splitlines()[0],
-        )
-
-
-def _log_handler_failure(exc: BaseException, then: str, context: tuple[Any, ...]) -> None:
-    """WARNING with the traceback for a failed attempt; a ``Retry`` asked for is not a failure (INFO)."""
-    if isinstance(exc, Retry):
-        logger.info(
-            "handler asked for a retry, %s group=%s topic=%s partition=%d key=%s offset=%d id=%s attempt=%d/%d",
-            then,
-            *context,
-        )
-        return
-    logger.warning(
-        "handler failed, %s group=%s topic=%s partition=%d key=%s offset=%d id=%s attempt=%d/%d error=%s",
-        then,
-        *context,
-        f"{type(exc).__name__}: {exc}",
-        exc_info=exc,
-    )
-
-
-def _attempt(m: FetchedMessage) -> int:
-    """The attempt number this delivery will be (1 = first)."""
-    if m.retry_count is None:
-        return 1
-    return m.retry_count + (1 if m.status == SCHEDULED else 2)
-
-
-def _expired_error(m: FetchedMessage, sub: Subscription) -> str:
-    return (
-        f"delivered {_attempt(m) - 1} times without an ack or nack (visibility timeout "
-        f"{sub.options.visibility_timeout:g}s expired each time: the handler hung or its worker died)"
-    )
-
-
-def _with_watermark(state: PartitionState, watermark: int) -> PartitionState:
-    return replace(state, watermark=watermark, advanceable=False)
+        return self.poller.poll(sub)

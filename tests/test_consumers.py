@@ -261,7 +261,9 @@ def test_extend_visibility_moves_invisible_until_from_now():
     (fetched,) = fetch_fresh("g", "ext", p)
     leased("g", "ext", p, "w1")
     assert s.mark_delivered("g", "ext", "w1", [fetched], [], [], 5) == {p}
-    message = ReceivedMessage("ext", "k", p, 1, fetched.id, fetched.payload, {}, 1, None, None, "g", _store=s)
+    message = ReceivedMessage(
+        "ext", "k", p, 1, fetched.id, fetched.payload, {}, 1, None, None, "g", _store=s, _subscriber="w1"
+    )
     before = db_now()
     message.extend_visibility(120)
     after = db_now()

@@ -8,7 +8,7 @@ any more. So an operator's rewind is never undone by a late ack from the former 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from django.db import transaction
 
@@ -129,6 +129,40 @@ class AckStore(StoreBase):
                     [group, topic, partition, new],
                 )
         return failed
+
+    def record_acks(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        acks: Mapping[int, Sequence[int]],
+        dead: Mapping[int, Collection[int]],
+        watermarks: Mapping[int, int],
+    ) -> None:
+        """Record a batch's acks; move each partition's watermark when they allow it.
+
+        ``acks`` and ``dead`` (offsets dead-lettered in this batch, already acked by
+        :meth:`dead_letter`) are per partition; ``watermarks`` is each partition's watermark
+        when the batch was fetched. The happy path -- the batch's offsets are exactly
+        watermark+1..watermark+n -- moves the watermark and drops the rows behind it in one
+        transaction (:meth:`ack_contiguous`). Otherwise (a gap: a nacked message, or a
+        watermark moved meanwhile) the acks only flag their rows (:meth:`ack`), and a later
+        poll's :meth:`advance_watermark` walks over them.
+        """
+        contiguous: list[tuple[int, int, int]] = []
+        plain: list[tuple[int, int]] = []
+        for partition, offsets in acks.items():
+            done = sorted({*offsets, *dead.get(partition, ())})
+            wm = watermarks[partition]
+            if done == list(range(wm + 1, wm + len(done) + 1)):
+                contiguous.append((partition, wm, wm + len(done)))
+            else:
+                plain += [(partition, off) for off in offsets]
+        if contiguous:
+            failed = set(self.ack_contiguous(group, topic, name, contiguous))
+            plain += [(partition, off) for partition in failed for off in acks[partition]]
+        if plain:
+            self.ack(group, topic, name, plain)
 
     def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
         """Move the watermark over contiguous acked rows and deleted offsets; return the new watermark.

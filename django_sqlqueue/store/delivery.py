@@ -237,14 +237,24 @@ class DeliveryStore(StoreBase):
                 )
         return held
 
-    def extend_visibility(self, group: str, topic: str, partition: int, offset: int, seconds: float) -> None:
+    def extend_visibility(self, group: str, topic: str, name: str, partition: int, offset: int, seconds: float) -> bool:
+        """Push an unacked delivery's ``invisible_until`` to now + ``seconds``.
+
+        Fenced by the lease like every delivery write (``lock_held``): a worker that lost
+        the partition must not keep the new holder's redelivery away. Returns False
+        (nothing written) when ``name`` no longer holds the partition.
+        """
         d, P = self.dialect, self.P
         until, params = d.now_plus(seconds)
-        self._execute(
-            f"UPDATE queue_delivery_state SET invisible_until = {until} WHERE consumer_group = %s AND topic = %s "
-            f"AND {P} = %s AND message_offset = %s AND acked = FALSE",
-            [*params, group, topic, partition, offset],
-        )
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            if not self.lock_held(cursor, group, topic, name, [partition]):
+                return False
+            cursor.execute(
+                f"UPDATE queue_delivery_state SET invisible_until = {until} WHERE consumer_group = %s "
+                f"AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
+                [*params, group, topic, partition, offset],
+            )
+        return True
 
     def release_deliveries(self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]]) -> None:
         """Hand undelivered in-flight messages back (shutdown): due now, attempt not counted."""

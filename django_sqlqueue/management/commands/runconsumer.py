@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
+from django_sqlqueue.exceptions import WorkerCrashed
 from django_sqlqueue.logsetup import configure_worker_logging
 from django_sqlqueue.schedules import all_schedules
 from django_sqlqueue.shutdown import graceful_signals
@@ -63,4 +64,8 @@ class Command(BaseCommand):
         schedules = [] if options["no_schedules"] else all_schedules(get_settings().SCHEDULES)
         worker = Worker(specs, name=name, conf=get_settings(), concurrency=options["concurrency"], schedules=schedules)
         with graceful_signals(worker.stop):
-            worker.run()
+            try:
+                worker.run()
+            except WorkerCrashed as exc:
+                # Exit non-zero so that a process manager restarts the worker.
+                raise CommandError(str(exc)) from exc

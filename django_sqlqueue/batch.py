@@ -1,0 +1,245 @@
+"""One batch: run the handlers, decide each message's outcome, write the outcomes.
+
+The poll loop (``worker.py``) has already recorded the deliveries (``mark_delivered``)
+before a batch runs, so a crash mid-batch redelivers after the visibility timeout. Then,
+for each message in offset order per partition, outside any transaction:
+
+- a handler that returns **acks** the message;
+- a handler that raises **nacks** it: it is retried after a backoff delay
+  (``backoff.retry_delay``, or ``Retry(delay=...)``), with the error kept in
+  ``last_error``; on its ``max_attempts``-th attempt it is **dead-lettered** instead;
+- ``Reject`` dead-letters at once;
+- a replayed dead letter meant for another group (``dlq.is_for_other_group``) is acked
+  without calling the handler.
+
+The outcomes are written afterwards, each kind in a short transaction of its own fenced
+by the partition's lease (``store/acks.py``): dead letters (each moved atomically), nacks,
+then acks -- which move the watermark when the batch's offsets are contiguous with it.
+Messages of the batch not handled because the worker is stopping, or because the
+partition's lease was lost meanwhile, are handed back (``release_deliveries``).
+
+A :class:`BatchRunner` holds no thread of its own: the worker runs it on the poll loop's
+thread, or on a handler thread with ``--concurrency`` (``executor.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import traceback
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import dlq
+from .backoff import retry_delay
+from .conf import QueueSettings
+from .consumers import ReceivedMessage
+from .dbconn import tidy_connections
+from .exceptions import Reject, Retry
+from .handlers import HandlerRunner
+from .retry import Retrying
+from .store import SCHEDULED, FetchedMessage, QueueStore
+from .subscription import Subscription
+
+logger = logging.getLogger(__name__)
+
+#: Lines of traceback kept in a dead letter's ``last_error``.
+TRACEBACK_LINES = 12
+
+
+@dataclass
+class Stats:
+    """A worker's counters (logged when it stops)."""
+
+    delivered: int = 0
+    acked: int = 0
+    nacked: int = 0
+    dead_lettered: int = 0
+    #: Handler threads update the counters too.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+
+@dataclass
+class Outcomes:
+    """What one batch decided, written by :meth:`BatchRunner.complete`."""
+
+    acks: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    nacks: list[tuple[int, int, float]] = field(default_factory=list)
+    #: (partition, offset) -> the error of a nacked attempt.
+    errors: dict[tuple[int, int], str] = field(default_factory=dict)
+    dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
+    unprocessed: list[tuple[int, int]] = field(default_factory=list)
+
+
+def describe_error(exc: BaseException) -> str:
+    """Return the exception's type, message and a short traceback, for ``last_error``."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(lines[-TRACEBACK_LINES:])
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}\n{tail}"
+
+
+def attempt_number(m: FetchedMessage) -> int:
+    """Return the attempt number this delivery will be (1 = first)."""
+    if m.retry_count is None:
+        return 1
+    return m.retry_count + (1 if m.status == SCHEDULED else 2)
+
+
+def expired_error(m: FetchedMessage, sub: Subscription) -> str:
+    """Return the ``last_error`` of a message whose every delivery timed out."""
+    return (
+        f"delivered {attempt_number(m) - 1} times without an ack or nack (visibility timeout "
+        f"{sub.options.visibility_timeout:g}s expired each time: the handler hung or its worker died)"
+    )
+
+
+class BatchRunner:
+    """Runs batches of one worker; see the module docstring."""
+
+    def __init__(
+        self,
+        store: QueueStore,
+        conf: QueueSettings,
+        *,
+        stats: Stats,
+        stop_event: threading.Event,
+        db: Retrying,
+    ) -> None:
+        self.store = store
+        self.conf = conf
+        self.stats = stats
+        self.stop_event = stop_event
+        self.db = db
+        self._rng = random.Random()
+
+    def run(
+        self,
+        sub: Subscription,
+        messages: list[FetchedMessage],
+        watermarks: Mapping[int, int],
+        invoke: HandlerRunner,
+    ) -> int:
+        """Run handlers over ``messages`` (offset order per partition), write the outcomes,
+        and return how many were handled. ``watermarks``: each partition's watermark when
+        the batch was fetched."""
+        outcomes = Outcomes()
+        handled = 0
+        for message in messages:
+            key = message.partition
+            if self.stop_event.is_set() or key not in sub.held:
+                outcomes.unprocessed.append((key, message.offset))
+                continue
+            self.handle(sub, message, outcomes, invoke)
+            handled += 1
+        self.complete(sub, outcomes, watermarks)
+        return handled
+
+    def handle(self, sub: Subscription, m: FetchedMessage, outcomes: Outcomes, invoke: HandlerRunner) -> None:
+        """Call the handler on one message and add its outcome to ``outcomes``."""
+        if dlq.is_for_other_group(m.metadata, sub.group):
+            # A dead letter replayed for another group (ops replay): ack, do not handle.
+            outcomes.acks[m.partition].append(m.offset)
+            return
+        attempt = attempt_number(m)
+        received = ReceivedMessage(
+            topic=sub.topic,
+            key=m.key,
+            partition=m.partition,
+            offset=m.offset,
+            id=m.id,
+            payload=m.payload,
+            metadata=m.metadata,
+            attempt=attempt,
+            created_at=m.created_at,
+            deliver_at=m.deliver_at,
+            group=sub.group,
+            _store=self.store,
+            _subscriber=sub.name,
+        )
+        self.stats.add(delivered=1)
+        try:
+            invoke(sub.spec.handler, received)
+        except Reject as exc:
+            outcomes.dead.append((m, attempt, describe_error(exc)))
+        except Exception as exc:  # noqa: BLE001 - any handler error is a nack
+            context = (sub.group, sub.topic, m.partition, m.key, m.offset, m.id, attempt, sub.options.max_attempts)
+            if attempt >= sub.options.max_attempts:
+                _log_handler_failure(exc, "giving up (dead letter)", context)
+                outcomes.dead.append((m, attempt, describe_error(exc)))
+            else:
+                if isinstance(exc, Retry) and exc.delay is not None:
+                    delay = exc.delay
+                else:
+                    delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
+                _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
+                outcomes.nacks.append((m.partition, m.offset, delay))
+                outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
+        else:
+            outcomes.acks[m.partition].append(m.offset)
+            return
+        # A handler that failed may have broken the connection: not the next query's problem.
+        tidy_connections()
+
+    def complete(self, sub: Subscription, outcomes: Outcomes, watermarks: Mapping[int, int]) -> None:
+        """Write a batch's outcomes: dead letters, nacks, acks (and the watermark), hand-backs."""
+        store, group, topic, name = self.store, sub.group, sub.topic, sub.name
+        for message, attempt, error in outcomes.dead:
+            self.dead_letter(sub, message, attempt, error)
+        if outcomes.nacks:
+            self.db("nack", lambda: store.nack(group, topic, name, outcomes.nacks, outcomes.errors))
+            self.stats.add(nacked=len(outcomes.nacks))
+        dead: dict[int, set[int]] = defaultdict(set)
+        for message, _, _ in outcomes.dead:
+            dead[message.partition].add(message.offset)
+        if outcomes.acks:
+            self.db("ack", lambda: store.record_acks(group, topic, name, outcomes.acks, dead, watermarks))
+        self.stats.add(acked=sum(len(v) for v in outcomes.acks.values()))
+        if outcomes.unprocessed:
+            self.db("release deliveries", lambda: store.release_deliveries(group, topic, name, outcomes.unprocessed))
+
+    def dead_letter(self, sub: Subscription, m: FetchedMessage, attempts: int, error: str) -> None:
+        """Move one message to its topic's dead-letter topic for ``sub``'s group."""
+        dlq_topic = dlq.dlq_topic(sub.topic, self.conf.DLQ_SUFFIX)
+        self.db(
+            "dead letter",
+            lambda: self.store.dead_letter(
+                sub.group, sub.topic, sub.name, m, dlq_topic=dlq_topic, attempts=attempts, error=error
+            ),
+        )
+        self.stats.add(dead_lettered=1)
+        logger.warning(
+            "dead-lettered group=%s topic=%s partition=%d offset=%d attempts=%d to=%s error=%s",
+            sub.group,
+            sub.topic,
+            m.partition,
+            m.offset,
+            attempts,
+            dlq_topic,
+            error.splitlines()[0],
+        )
+
+
+def _log_handler_failure(exc: BaseException, then: str, context: tuple[Any, ...]) -> None:
+    """Log a WARNING with the traceback for a failed attempt; a ``Retry`` asked for is not a failure (INFO)."""
+    if isinstance(exc, Retry):
+        logger.info(
+            "handler asked for a retry, %s group=%s topic=%s partition=%d key=%s offset=%d id=%s attempt=%d/%d",
+            then,
+            *context,
+        )
+        return
+    logger.warning(
+        "handler failed, %s group=%s topic=%s partition=%d key=%s offset=%d id=%s attempt=%d/%d error=%s",
+        then,
+        *context,
+        f"{type(exc).__name__}: {exc}",
+        exc_info=exc,
+    )

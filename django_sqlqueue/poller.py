@@ -1,0 +1,212 @@
+"""Planning one poll of one subscription: which partitions, which messages, to whom.
+
+Per poll and subscription (see ``worker.py`` for the cadence):
+
+1. ``poll_state``: one query over the leased partitions that may have work. Partitions
+   with committed messages not numbered yet are sequenced (``sequencer.py``); watermarks
+   that can pass acked rows are advanced (``store/acks.py``). A partition without the
+   group's watermark row is skipped and reported to the lease keeper, which creates
+   watermark rows (``leasing.py``);
+2. ``fetch``: one query for the fresh and due messages of every partition with work (with
+   handler threads, no more partitions than threads are free, rotating);
+3. select each partition's batch: the lowest deliverable offsets up to ``batch_size``;
+   delayed messages are parked, messages out of attempts are dead-lettered;
+4. ``mark_delivered``: one transaction recording the deliveries before any handler runs,
+   fenced by the leases -- a partition lost since the poll began delivers nothing;
+5. the batches run (``batch.py``): on this thread, or one handler thread per partition.
+
+A partition whose batch is still on a handler thread is not polled again until its
+outcomes are written, so order within a partition holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from dataclasses import replace
+
+from .batch import BatchRunner, attempt_number, expired_error
+from .conf import QueueSettings
+from .dbconn import tidy_connections
+from .executor import PartitionExecutor
+from .handlers import HandlerRunner
+from .retry import Retrying
+from .sequencer import Sequencer
+from .store import FetchedMessage, FetchPlan, PartitionState, QueueStore
+from .subscription import Subscription
+
+logger = logging.getLogger(__name__)
+
+
+class Poller:
+    """Runs polls for one worker; see the module docstring."""
+
+    def __init__(
+        self,
+        store: QueueStore,
+        sequencer: Sequencer,
+        conf: QueueSettings,
+        *,
+        db: Retrying,
+        batches: BatchRunner,
+        invoke: HandlerRunner,
+    ) -> None:
+        self.store = store
+        self.sequencer = sequencer
+        self.conf = conf
+        self.db = db
+        self.batches = batches
+        self.invoke = invoke
+        #: The worker's handler threads (``--concurrency`` > 1), set when it starts.
+        self.executor: PartitionExecutor | None = None
+        self._turn = 0
+
+    def poll(self, sub: Subscription) -> tuple[int, bool]:
+        """Deliver one batch per partition with work; return (messages handled, any batch full)."""
+        with sub.poll_lock:  # the lease keeper hands partitions over between polls
+            return self._poll(sub)
+
+    def _poll(self, sub: Subscription) -> tuple[int, bool]:
+        store, group, topic = self.store, sub.group, sub.topic
+        if not sub.held:
+            return 0, False
+        states = self.db("poll state", lambda: store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
+        busy = sub.in_flight.snapshot()
+        # A partition whose batch is still on a handler thread is left alone (order).
+        states = [s for s in states if s.partition in sub.held and s.partition not in busy]
+        missing = frozenset(s.partition for s in states if not s.has_offsets_row)
+        if missing:
+            # Left to the lease keeper, which creates watermark rows (normally when it
+            # takes a lease; a failure there, or an operator, can leave one missing).
+            sub.missing_offsets = missing
+            states = [s for s in states if s.has_offsets_row]
+        by_key: dict[int, PartitionState] = {s.partition: s for s in states}
+        unsequenced = [s.partition for s in states if s.unsequenced]
+        if unsequenced:
+            heads = self.db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
+            for partition, head in heads.items():
+                by_key[partition] = replace(by_key[partition], head=head)
+            states = [by_key[s.partition] for s in states]
+        plans: list[FetchPlan] = []
+        for state in states:
+            if state.advanceable:
+                key, wm = state.partition, state.watermark
+                new = self.db(
+                    "advance watermark", functools.partial(store.advance_watermark, group, topic, sub.name, key, wm)
+                )
+                state = by_key[key] = _with_watermark(state, new)
+            fresh_after = max(state.watermark, state.delivered_max or 0)
+            fresh = state.head > fresh_after
+            due = state.next_due is not None and state.next_due <= state.now
+            if sub.strict and state.in_flight:
+                continue  # strict serialization: wait for the message in flight
+            if fresh or due:
+                plans.append(FetchPlan(state.partition, fresh_after if fresh else None, due))
+        if self.executor is not None:
+            plans = self._share_slots(plans)
+        if not plans:
+            return 0, False
+        logger.debug(
+            "poll group=%s topic=%s leased=%d with_work=%d partitions=%s",
+            group,
+            topic,
+            len(sub.held),
+            len(plans),
+            [p.partition for p in plans],
+        )
+        limit = sub.options.batch_size
+        fetched = self.db("fetch", lambda: store.fetch(group, topic, plans, limit))
+        batches, parked, full = self._select(sub, fetched, by_key)
+        if not batches and not parked:
+            return 0, False
+        for key, batch in batches.items():
+            logger.debug(
+                "batch group=%s topic=%s partition=%d size=%d offsets=%d-%d",
+                group,
+                topic,
+                key,
+                len(batch),
+                batch[0].offset,
+                batch[-1].offset,
+            )
+        if parked:
+            logger.debug("parked delayed messages group=%s topic=%s count=%d", group, topic, len(parked))
+
+        first = [m for batch in batches.values() for m in batch if m.retry_count is None]
+        again = [m for batch in batches.values() for m in batch if m.retry_count is not None]
+        held = self.db(
+            "mark delivered",
+            lambda: store.mark_delivered(group, topic, sub.name, first, again, parked, sub.options.visibility_timeout),
+        )
+        # A partition whose lease was lost since the poll began (stolen after expiry,
+        # released by an operator) was not recorded: deliver none of its messages.
+        batches = {key: batch for key, batch in batches.items() if key in held}
+        watermarks = {key: by_key[key].watermark for key in batches}
+        if self.executor is not None:
+            for key in sorted(batches):
+                job = functools.partial(self._run_on_handler_thread, sub, batches[key], {key: watermarks[key]})
+                self.executor.submit(sub.in_flight, key, job)
+            handled = sum(len(b) for b in batches.values())
+            return handled, full or bool(parked)
+        messages = [m for key in sorted(batches) for m in batches[key]]
+        handled = self.batches.run(sub, messages, watermarks, self.invoke)
+        # Parking delayed messages is progress too: poll again at once, or ready messages
+        # behind many delayed ones would wait through idle backoff.
+        return handled, full or bool(parked)
+
+    def _share_slots(self, plans: list[FetchPlan]) -> list[FetchPlan]:
+        """Fetch no more partitions than there are free handler threads, rotating the start
+        so that every partition with work gets its turn."""
+        assert self.executor is not None
+        free = self.executor.free
+        if len(plans) <= free:
+            return plans
+        self._turn = (self._turn + 1) % len(plans)
+        rotated = plans[self._turn :] + plans[: self._turn]
+        return rotated[:free]
+
+    def _run_on_handler_thread(
+        self, sub: Subscription, messages: list[FetchedMessage], watermarks: dict[int, int], invoke: HandlerRunner
+    ) -> int:
+        tidy_connections()
+        return self.batches.run(sub, messages, watermarks, invoke)
+
+    def _select(
+        self, sub: Subscription, fetched: list[FetchedMessage], states: dict[int, PartitionState]
+    ) -> tuple[dict[int, list[FetchedMessage]], list[FetchedMessage], bool]:
+        """Choose each partition's batch: the lowest deliverable offsets, up to batch_size.
+
+        Fresh messages whose ``deliver_at`` lies ahead are parked, not delivered; messages
+        delivered ``max_attempts`` times already go to the DLQ without another attempt.
+        """
+        by_key: dict[int, list[FetchedMessage]] = defaultdict(list)
+        for m in fetched:
+            by_key[m.partition].append(m)
+        limit, max_attempts = sub.options.batch_size, sub.options.max_attempts
+        batches: dict[int, list[FetchedMessage]] = {}
+        parked: list[FetchedMessage] = []
+        full = False
+        for key, messages in by_key.items():
+            now = states[key].now
+            batch: list[FetchedMessage] = []
+            for m in sorted(messages, key=lambda m: m.offset):
+                if m.retry_count is None and m.deliver_at > now:
+                    parked.append(m)
+                    continue
+                if len(batch) >= limit:
+                    full = True
+                    break
+                if attempt_number(m) > max_attempts:
+                    self.batches.dead_letter(sub, m, attempt_number(m) - 1, expired_error(m, sub))
+                    continue
+                batch.append(m)
+            if len(batch) >= limit:
+                full = True
+            if batch:
+                batches[key] = batch
+        return batches, parked, full
+
+
+def _with_watermark(state: PartitionState, watermark: int) -> PartitionState:
+    return replace(state, watermark=watermark, advanceable=False)
