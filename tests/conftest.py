@@ -96,7 +96,8 @@ def runconsumer(request: pytest.FixtureRequest, transactional_db: None) -> Itera
             print(process.log()[-6000:])
     failed = []
     for process in started:
-        if not process.alive() and process.proc.returncode not in (0, -signal.SIGKILL, 143):
+        expected = (0, -signal.SIGKILL, 143, process.expected_status)
+        if not process.alive() and process.proc.returncode not in expected:
             failed.append(f"{process.name} exited {process.proc.returncode}:\n{process.log()[-3000:]}")
         process.cleanup()
     assert not failed, "\n".join(failed)

@@ -39,6 +39,8 @@ class ConsumerProcess:
     ) -> None:
         """``verbosity`` None: no ``-v`` on the command line; ``env`` adds to (or overrides) the environment."""
         self.name = name
+        #: An exit status the test expects besides 0, 143 (SIGTERM) and -9 (kill -9).
+        self.expected_status: int | None = None
         # Stays open for the life of the process; cleanup() closes and removes it.
         self.logfile = tempfile.NamedTemporaryFile(  # noqa: SIM115
             prefix=f"runconsumer-{name}-", suffix=".log", delete=False

@@ -2,7 +2,9 @@
 
 Each call is recorded in ``Handled`` first; the payload then scripts the outcome:
 ``{"sleep": s}``, ``{"sleep_first": s}`` (attempt 1 only), ``{"sleep_in": {group: s}}``, ``{"fail": [groups]}``,
-``{"retry": [groups], "delay": s}``, ``{"reject": [groups]}``, ``{"fail_first": [groups]}`` (attempt 1 only).
+``{"retry": [groups], "delay": s}``, ``{"reject": [groups]}``, ``{"fail_first": [groups]}`` (attempt 1 only),
+``{"kill_thread": name}`` (fault injection: the worker's thread of that name dies, as if
+its code had crashed: ``SystemExit`` is raised in it asynchronously).
 
 ``proc.async`` is consumed by ``async def`` handlers (group ``async``) recording through
 the async ORM, with the same script.
@@ -11,7 +13,9 @@ the async ORM, with the same script.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import threading
 import time
 
 from django_sqlqueue import ReceivedMessage, Reject, Retry, consumer
@@ -50,9 +54,22 @@ def _outcome(message: ReceivedMessage, script: dict) -> None:
         raise Reject(f"poison message {message.id}")
 
 
+def kill_thread(name: str) -> int:
+    """Raise ``SystemExit`` in this process's threads called ``name``; return how many."""
+    killed = 0
+    for thread in threading.enumerate():
+        if thread.name == name and thread.ident is not None:
+            killed += ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(thread.ident), ctypes.py_object(SystemExit)
+            )
+    return killed
+
+
 def behave(message: ReceivedMessage) -> None:
     Handled.objects.create(**_record(message))
     script = message.payload if isinstance(message.payload, dict) else {}
+    if script.get("kill_thread"):
+        kill_thread(script["kill_thread"])
     if script.get("sleep_first") and message.attempt == 1:
         time.sleep(script["sleep_first"])
     if script.get("sleep"):

@@ -1,0 +1,110 @@
+"""The lease keeper (django_sqlqueue/leasing.py), one round at a time, without threads.
+
+``LeaseKeeper.rebalance`` is called directly; assertions read the lease, heartbeat and
+watermark rows. The keeper's thread and its supervision are tests/test_service.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_sqlqueue.leasing import LeaseKeeper
+from django_sqlqueue.models import ConsumerOffset, PartitionLease, PausedTopic, SubscriberHeartbeat
+from django_sqlqueue.subscription import Subscription
+
+from .engine_helpers import fast_conf, publish_to, spec, store, watermark
+from .factories import PausedTopicFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_lease_keeper_gives_back_the_last_partitions_over_its_fair_share():
+    """LeaseKeeper.rebalance, one round at a time, without threads."""
+
+    topic = "w.fair"
+    parts = [0, 1, 2, 3, 4]
+    conf = fast_conf(TOPICS={topic: {"partitions": 5}})
+    assert store().register_topic(topic, 5) == 5  # as the workers do at start
+    one = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
+    two = Subscription.create(spec(topic, "g", lambda m: None), "two", conf)
+    keeper = LeaseKeeper([one, two], store(), conf)
+
+    keeper.rebalance(one)  # alone: takes everything
+    assert one.held == frozenset(parts)
+    assert all(watermark("g", topic, p) == 0 for p in parts)  # watermarks created with the leases
+    keeper.rebalance(two)  # ceil(5 / 2) = 3 each, but nothing is free yet
+    assert two.held == frozenset()
+    keeper.rebalance(one)  # gives back the last two in partition order
+    assert one.held == frozenset({0, 1, 2})
+    keeper.rebalance(two)
+    assert two.held == frozenset({3, 4})
+    assert dict(PartitionLease.objects.values_list("partition", "leased_by")) == {
+        0: "one", 1: "one", 2: "one", 3: "two", 4: "two",
+    }  # fmt: skip
+    keeper.release_all()
+    assert not PartitionLease.objects.exists()
+    assert SubscriberHeartbeat.objects.filter(deregistered_at__isnull=False).count() == 2
+
+
+def test_subscribers_that_count_each_other_ask_for_disjoint_partitions():
+    """Two workers computing their share at the same moment see the same free partitions;
+    each asks first for its own slice (rank in the sorted live names), so neither's first
+    acquisition is cut short by the other's."""
+
+    topic = "w.ranks"
+    conf = fast_conf(TOPICS={topic: {"partitions": 8}})
+    store().register_topic(topic, 8)
+    subs = [Subscription.create(spec(topic, "g", lambda m: None), name, conf) for name in ("w-b", "w-a", "w-c")]
+    keeper = LeaseKeeper(subs, store(), conf)
+    keeper.announce()  # all three heartbeat before anyone computes a share
+    free = list(range(8))
+    picks = {}
+    for sub in subs:
+        cap = keeper.fair_share(sub)
+        assert cap == 3
+        picks[sub.name] = sorted(free, key=lambda p, sub=sub: keeper._preference(sub, p))[:cap]
+    assert [subs[i].rank for i in range(3)] == [1, 0, 2]
+    assert sorted(picks["w-a"]) == [0, 3, 6] and sorted(picks["w-b"]) == [1, 4, 7]
+    assert {2, 5} <= set(picks["w-c"])  # its slice has two; the third is someone else's
+    for sub in subs:  # now acquiring one after the other: the first two get whole shares
+        keeper.rebalance(sub)
+    assert len(subs[0].held) == len(subs[1].held) == 3 and subs[2].held == frozenset({2, 5})
+
+
+def test_lease_keeper_releases_and_takes_nothing_of_a_paused_topic():
+    """An operator's pause row: the next round gives every lease back; deleting it resumes."""
+
+    topic = "w.pause"
+    conf = fast_conf(TOPICS={topic: {"partitions": 3}})
+    store().register_topic(topic, 3)
+    sub = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
+    keeper = LeaseKeeper([sub], store(), conf)
+    keeper.rebalance(sub)
+    assert sub.held == frozenset({0, 1, 2})
+    PausedTopicFactory(consumer_group="g", topic=topic)
+    PausedTopicFactory(consumer_group="other", topic=topic)  # another group's pause: no effect here
+    keeper.rebalance(sub)
+    assert (sub.paused, sub.held) == (True, frozenset())
+    assert not PartitionLease.objects.exists()
+    keeper.rebalance(sub)
+    assert not PartitionLease.objects.exists()
+    PausedTopic.objects.filter(consumer_group="g").delete()
+    keeper.rebalance(sub)
+    assert (sub.paused, sub.held) == (False, frozenset({0, 1, 2}))
+
+
+def test_watermark_rows_the_poll_found_missing_are_created_by_the_keeper():
+    """The keeper is the one place that creates watermark rows: for partitions it takes,
+    and for held partitions a poll reports without one (deleted, or a failed creation)."""
+    topic = "w.missing"
+    conf = fast_conf()
+    store().register_topic(topic, 8)
+    publish_to(topic, 1, 3)
+    sub = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
+    keeper = LeaseKeeper([sub], store(), conf)
+    keeper.rebalance(sub)
+    assert sub.held == frozenset(range(8)) and watermark("g", topic, 1) == 0
+    ConsumerOffset.objects.filter(consumer_group="g", topic=topic, partition=1).delete()
+    sub.missing_offsets = frozenset({1})  # what a poll does when it meets the partition
+    keeper.check_membership()
+    assert watermark("g", topic, 1) == 0 and sub.missing_offsets == frozenset()
