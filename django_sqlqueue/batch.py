@@ -44,7 +44,9 @@ from .retry import Retrying
 from .store import SCHEDULED, FetchedMessage, QueueStore
 from .subscription import Subscription
 
-logger = logging.getLogger(__name__)
+# The worker's records keep the logger name they had before the batch left worker.py:
+# projects route and filter them by it.
+logger = logging.getLogger("django_sqlqueue.worker")
 
 #: Lines of traceback kept in a dead letter's ``last_error``.
 TRACEBACK_LINES = 12

@@ -36,7 +36,8 @@ from .sequencer import Sequencer
 from .store import FetchedMessage, FetchPlan, PartitionState, QueueStore
 from .subscription import Subscription
 
-logger = logging.getLogger(__name__)
+# Logged as the worker (the name projects configure), like batch.py.
+logger = logging.getLogger("django_sqlqueue.worker")
 
 
 class Poller:

@@ -202,34 +202,6 @@ def test_offsets_follow_visibility_order_under_concurrent_transactions(spawn):
         assert [offsets[i] for i in mine] == sorted(offsets[i] for i in mine)
 
 
-def test_concurrent_sequencers_never_number_a_message_twice(spawn):
-    """Several workers' sequencers at once while producers publish: dense, unique offsets."""
-    stop = threading.Event()
-
-    def producer(n: int) -> int:
-        count = 0
-        while not stop.is_set():
-            publish_many("c", [{"payload": [n, count, j], "key": f"k{(n + j) % 5}"} for j in range(5)])
-            count += 1
-        return count * 5
-
-    def sequencer() -> None:
-        while not stop.is_set():
-            sequence("c")
-
-    producers = [spawn(lambda n=n: producer(n)) for n in range(2)]
-    sequencers = [spawn(sequencer) for _ in range(3)]
-    time.sleep(3)
-    stop.set()
-    total = sum(p.join_ok() for p in producers)
-    for s in sequencers:
-        s.join_ok()
-    sequence("c")
-    assert Message.objects.filter(topic="c").count() == total
-    for partition in set(Message.objects.filter(topic="c").values_list("partition", flat=True)):
-        assert all_offsets("c", partition) == list(range(1, len(all_offsets("c", partition)) + 1))
-
-
 def test_concurrent_publish_many_in_opposite_key_orders_never_deadlocks(spawn):
     keys = [f"k{i:02d}" for i in range(20)]
     start = threading.Barrier(2)
