@@ -183,7 +183,14 @@ class ReportStore(StoreBase):
         groups = {g for g, _ in pairs}
         heads = self.heads(topics)
         unsequenced = self.unsequenced(topics)
-        marks = {(w.group, w.topic, w.partition): w.offset for w in self.watermarks() if w.group in groups}
+        # One group or one topic (a page of one group, ``queue_status --group``) narrows the read.
+        marks = {
+            (w.group, w.topic, w.partition): w.offset
+            for w in self.watermarks(
+                next(iter(groups)) if len(groups) == 1 else None, topics[0] if len(topics) == 1 else None
+            )
+            if w.group in groups
+        }
         by_topic: dict[str, list[tuple[int, int]]] = {}
         for (t, part), head in sorted(heads.items()):
             by_topic.setdefault(t, []).append((part, head))
