@@ -111,7 +111,7 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from django_sqlqueue.dialects.console import distinct_topics_sql
+    from django_sqlqueue.dialects import get_dialect
 
     setup_test_environment()
     User.objects.create_superuser("bench", "b@example.com", "pw")
@@ -190,7 +190,7 @@ def main() -> None:
         ("topics", "/topics/", "-", ""),
     ]
     with connection.cursor() as c:
-        c.execute("EXPLAIN " + distinct_topics_sql(connection))
+        c.execute("EXPLAIN " + get_dialect(connection).distinct_topics_sql)
         plan = c.fetchall()
     print(f"\nEXPLAIN of the topic list: {plan[0][-1]!r} ({plan[0][-2]} rows estimated)")
     print(f"\n{'page':32} {'console ms':>10}   {'baseline':52} {'ms':>8} {'ratio':>7}")

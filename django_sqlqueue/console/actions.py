@@ -8,8 +8,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
-from ..ops.deadletters import pretty
-from .base import audit, confirmed, fail, parse_int, parse_time, require, require_action, url
+from .base import audit, confirmed, fail, parse_int, parse_time, pretty, require, require_action, url
 from .pages import Pages
 
 

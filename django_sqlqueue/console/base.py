@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -163,3 +164,8 @@ def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int |
     if minimum is not None and number < minimum:
         raise OperationError(f"{what} must be >= {minimum}, got {number}.")
     return number
+
+
+def pretty(value: Any) -> str:
+    """Return ``value`` as indented JSON for a page (payloads, metadata)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

@@ -95,6 +95,18 @@ class Dialect:
     for_share = "FOR SHARE"
     #: Suffix of a SELECT that exclusively locks the rows it reads.
     for_update = "FOR UPDATE"
+    #: Every topic present in ``queue_messages``, sorted, without a scan (the console's
+    #: topic list; a plain read, no locks). PostgreSQL and SQLite have no loose index
+    #: scan: a recursive CTE emulates it, each step one index probe for the smallest
+    #: topic above the previous one. MySQL/MariaDB override it.
+    distinct_topics_sql = (
+        "WITH RECURSIVE t(topic) AS ("
+        " SELECT MIN(topic) FROM queue_messages"
+        " UNION ALL"
+        " SELECT (SELECT MIN(m.topic) FROM queue_messages m WHERE m.topic > t.topic)"
+        " FROM t WHERE t.topic IS NOT NULL"
+        ") SELECT topic FROM t WHERE topic IS NOT NULL ORDER BY topic"
+    )
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

@@ -16,24 +16,14 @@ runs on the queue database (``SQLQUEUE["DATABASE"]`` or ``using=``)::
 
 from __future__ import annotations
 
-from ._db import NotFound, OperationError
-from .deadletters import (
-    BulkResult,
-    DeadLetter,
-    DeadLetterFilter,
-    count_dead_letters,
-    get_dead_letter,
-    list_dead_letters,
-    purge,
-    purge_matching,
-    replay,
-    replay_matching,
-)
+from .base import NotFound, OperationError
+from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, overview
 from .pausing import pause, paused_topics, resume
+from .replay import BulkResult, purge, purge_matching, replay, replay_matching
 from .seek import SeekPlan, plan_seek, seek
 from .topics import Repartition, TopicInfo, TopicPurge, list_topics, log_topics, purge_topic, repartition_topic
 

@@ -11,12 +11,11 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import transaction
-
 from ..conf import get_settings
+from ..store import DeliveryCounts
+from ..store import lag as partition_lag
 from ..validation import validate_group, validate_topic
-from . import _db
-from ._db import NotFound, OperationError
+from .base import NotFound, OperationError, store
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -35,70 +34,46 @@ class GroupTopic:
 
 
 def heads(topic: str | None = None, using: str | None = None) -> dict[tuple[str, int], int]:
-    """``{(topic, partition): head_offset}`` from ``queue_partitions`` (the sequencer's head rows)."""
-    p = _db.qn("partition", using)
-    sql = f"SELECT topic, {p}, head_offset FROM queue_partitions"
-    params: list[str] = []
-    if topic is not None:
-        sql += " WHERE topic = %s"
-        params.append(topic)
-    return {(t, int(part)): int(head) for t, part, head in _db.fetchall(sql, params, using)}
-
-
-def live_cutoff_sql(using: str | None = None) -> tuple[str, list[int]]:
-    """SQL for "now minus LEASE_DURATION": a heartbeat older than this is not live."""
-    return _db.dialect(using).now_minus(get_settings().LEASE_DURATION)
+    """Return ``{(topic, partition): head_offset}`` from ``queue_partitions`` (the sequencer's head rows)."""
+    return store(using).heads(None if topic is None else [topic])
 
 
 def list_groups(group: str | None = None, topic: str | None = None, using: str | None = None) -> list[GroupTopic]:
-    """Every (group, topic) with a watermark row, a subscriber or a pause, sorted."""
-    p = _db.qn("partition", using)
-    where, params = _filters(group, topic)
-    marks: dict[tuple[str, str], dict[int, int]] = {}
+    """Return every (group, topic) with a watermark row, a subscriber or a pause, sorted.
+
+    Lag is the store's one definition (:func:`django_sqlqueue.store.lag`): messages
+    published and committed that the group has not acked yet, unsequenced ones included.
+    """
+    s = store(using)
+    partitions: dict[tuple[str, str], set[int]] = {}
     last_ack: dict[tuple[str, str], dt.datetime] = {}
-    d = _db.dialect(using)
-    for g, t, part, acked, updated in _db.fetchall(
-        f"SELECT consumer_group, topic, {p}, offset_acked, updated_at FROM queue_offsets{where}", params, using
-    ):
-        marks.setdefault((g, t), {})[int(part)] = int(acked)
-        updated = d.to_datetime(updated)
-        if updated and (last_ack.get((g, t)) is None or updated > last_ack[(g, t)]):
-            last_ack[(g, t)] = updated
-    cutoff, cparams = live_cutoff_sql(using)
+    for w in s.watermarks(group, topic):
+        pair = (w.group, w.topic)
+        partitions.setdefault(pair, set()).add(w.partition)
+        if w.updated_at and (last_ack.get(pair) is None or w.updated_at > last_ack[pair]):
+            last_ack[pair] = w.updated_at
     live: dict[tuple[str, str], int] = {}
-    for g, t, alive in _db.fetchall(
-        "SELECT consumer_group, topic, SUM(CASE WHEN deregistered_at IS NULL AND heartbeat_at > "
-        f"{cutoff} THEN 1 ELSE 0 END) FROM queue_subscriber_heartbeats{where} GROUP BY consumer_group, topic",
-        [*cparams, *params],
-        using,
-    ):
-        live[(g, t)] = int(alive or 0)
-    paused = {
-        (g, t) for g, t in _db.fetchall(f"SELECT consumer_group, topic FROM queue_paused_topics{where}", params, using)
-    }
-    all_heads = heads(topic, using)
-    result = []
-    for g, t in sorted(set(marks) | set(live) | paused):
-        topic_heads = {part: head for (tt, part), head in all_heads.items() if tt == t}
-        wm = marks.get((g, t), {})
-        lag = sum(max(0, head - wm.get(part, 0)) for part, head in topic_heads.items())
-        result.append(
-            GroupTopic(
-                g, t, len(set(topic_heads) | set(wm)), lag, live.get((g, t), 0), (g, t) in paused, last_ack.get((g, t))
-            )
+    for sub in s.subscribers(group, topic, get_settings().LEASE_DURATION):
+        live[(sub.group, sub.topic)] = live.get((sub.group, sub.topic), 0) + int(sub.live)
+    paused = {(p.group, p.topic) for p in s.paused_topics(group, topic)}
+    pairs = sorted(set(partitions) | set(live) | paused)
+    lag: dict[tuple[str, str], int] = {}
+    for row in s.lags(pairs):
+        pair = (row.group, row.topic)
+        partitions.setdefault(pair, set()).add(row.partition)
+        lag[pair] = lag.get(pair, 0) + row.lag
+    return [
+        GroupTopic(
+            g,
+            t,
+            len(partitions.get((g, t), ())),
+            lag.get((g, t), 0),
+            live.get((g, t), 0),
+            (g, t) in paused,
+            last_ack.get((g, t)),
         )
-    return result
-
-
-def _filters(group: str | None, topic: str | None) -> tuple[str, list[str]]:
-    conds, params = [], []
-    if group is not None:
-        conds.append("consumer_group = %s")
-        params.append(group)
-    if topic is not None:
-        conds.append("topic = %s")
-        params.append(topic)
-    return (" WHERE " + " AND ".join(conds) if conds else ""), params
+        for g, t in pairs
+    ]
 
 
 @dataclass(frozen=True)
@@ -113,67 +88,50 @@ class PartitionOffset:
     leased_by: str | None
     lease_renewed_at: dt.datetime | None
     lease_stale: bool
+    #: Committed messages of the partition without an offset yet (part of the lag).
+    unsequenced: int = 0
 
     @property
     def lag(self) -> int:
-        return max(0, self.head - self.watermark)
+        """Messages published and committed that the group has not acked yet (``store.lag``)."""
+        return partition_lag(self.head, self.watermark, self.unsequenced)
 
 
 def group_offsets(group: str, topic: str, using: str | None = None) -> list[PartitionOffset]:
-    """Head, watermark, lag, deliveries and lease of each partition of ``topic`` for ``group``."""
-    p = _db.qn("partition", using)
-    d = _db.dialect(using)
-    topic_heads = {part: head for (_, part), head in heads(topic, using).items()}
-    wm = {
-        int(part): int(acked)
-        for part, acked in _db.fetchall(
-            f"SELECT {p}, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s",
-            [group, topic],
-            using,
-        )
-    }
+    """Return head, watermark, lag, deliveries and lease of each partition of ``topic`` for ``group``."""
+    s = store(using)
+    wm = s.group_watermarks(group, topic)
     if not wm and not list_groups(group, topic, using):
         raise NotFound(f"consumer group {group!r} does not consume topic {topic!r}.")
-    counts: dict[int, dict[int, int]] = {}
-    for part, status, n in _db.fetchall(
-        f"SELECT {p}, status, COUNT(*) FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
-        f"AND acked = %s GROUP BY {p}, status",
-        [group, topic, False],
-        using,
-    ):
-        counts.setdefault(int(part), {})[int(status)] = int(n)
-    cutoff, cparams = live_cutoff_sql(using)
+    lags = {row.partition: row for row in s.lags([(group, topic)])}
+    counts = {part: c for (_, _, part), c in s.delivery_counts(group, topic).items()}
     leases = {
-        int(part): (holder, d.to_datetime(renewed), bool(stale))
-        for part, holder, renewed, stale in _db.fetchall(
-            f"SELECT {p}, leased_by, lease_renewed_at, CASE WHEN lease_renewed_at < {cutoff} THEN 1 ELSE 0 END "
-            "FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s",
-            [*cparams, group, topic],
-            using,
-        )
+        lease.partition: (lease.leased_by, lease.renewed_at, lease.stale)
+        for lease in s.leases(group, topic, get_settings().LEASE_DURATION)
     }
     rows = []
-    for part in sorted(set(topic_heads) | set(wm)):
+    for part in sorted(set(lags) | set(wm)):
         holder, renewed, stale = leases.get(part, (None, None, False))
-        c = counts.get(part, {})
+        c = counts.get(part, DeliveryCounts())
+        row = lags.get(part)
         rows.append(
             PartitionOffset(
-                part, topic_heads.get(part, 0), wm.get(part, 0), c.get(1, 0), c.get(2, 0), holder, renewed, stale
+                part,
+                row.head if row else 0,
+                wm.get(part, 0),
+                # The console's columns by status code: an expired in-flight delivery is still in flight.
+                c.in_flight + c.expired,
+                c.retry,
+                holder,
+                renewed,
+                stale,
+                row.unsequenced if row else 0,
             )
         )
     return rows
 
 
 # -- drop ------------------------------------------------------------------------------
-
-#: Tables a group's rows are deleted from, leases first (the fence).
-GROUP_TABLES = (
-    "queue_partition_leases",
-    "queue_delivery_state",
-    "queue_offsets",
-    "queue_subscriber_heartbeats",
-    "queue_paused_topics",
-)
 
 
 @dataclass(frozen=True)
@@ -202,19 +160,9 @@ def drop_group(
     validate_group(group)
     if topic is not None:
         validate_topic(topic, max_length=10_000)
-    using = _db.alias(using)
-    where, params = _filters(group, topic)
-    cutoff, cparams = live_cutoff_sql(using)
-    ((live,),) = _db.fetchall(
-        f"SELECT COUNT(*) FROM queue_subscriber_heartbeats{where} "
-        f"AND deregistered_at IS NULL AND heartbeat_at > {cutoff}",
-        [*params, *cparams],
-        using,
-    )
-    live = int(live)
-    counts = {
-        table: int(_db.fetchall(f"SELECT COUNT(*) FROM {table}{where}", params, using)[0][0]) for table in GROUP_TABLES
-    }
+    s = store(using)
+    live = sum(1 for sub in s.subscribers(group, topic, get_settings().LEASE_DURATION) if sub.live)
+    counts = s.group_rows(group, topic)
     if not any(counts.values()):
         raise NotFound(f"consumer group {group!r} has no rows" + (f" for topic {topic!r}." if topic else "."))
     if live and not force:
@@ -224,9 +172,7 @@ def drop_group(
         )
     if dry_run:
         return GroupDrop(group, topic, counts, live, dry_run=True)
-    with transaction.atomic(using=using):
-        deleted = {table: _db.execute(f"DELETE FROM {table}{where}", params, using) for table in GROUP_TABLES}
-    return GroupDrop(group, topic, deleted, live)
+    return GroupDrop(group, topic, s.drop_group(group, topic), live)
 
 
 def parse_partitions(values: Sequence[str] | str | None) -> list[int] | None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
-from . import _db
-from ._db import NotFound
-from .groups import live_cutoff_sql
+from ..conf import get_settings
+from ..store import IN_FLIGHT, RETRY, SCHEDULED
+from .base import NotFound, first_line, store
 
 
 @dataclass(frozen=True)
@@ -41,50 +40,14 @@ class Subscriber:
 def list_leases(
     group: str | None = None, topic: str | None = None, *, stale_only: bool = False, using: str | None = None
 ) -> list[Lease]:
-    p = _db.qn("partition", using)
-    d = _db.dialect(using)
-    cutoff, cparams = live_cutoff_sql(using)
-    conds: list[str] = []
-    params: list[Any] = []
-    for column, value in (("consumer_group", group), ("topic", topic)):
-        if value is not None:
-            conds.append(f"{column} = %s")
-            params.append(value)
-    if stale_only:
-        conds.append(f"lease_renewed_at < {cutoff}")
-        params += cparams
-    where = " WHERE " + " AND ".join(conds) if conds else ""
-    return [
-        Lease(g, t, int(part), by, d.to_datetime(at), d.to_datetime(renewed), bool(stale))
-        for g, t, part, by, at, renewed, stale in _db.fetchall(
-            f"SELECT consumer_group, topic, {p}, leased_by, leased_at, lease_renewed_at, "
-            f"CASE WHEN lease_renewed_at < {cutoff} THEN 1 ELSE 0 END FROM queue_partition_leases{where} "
-            f"ORDER BY consumer_group, topic, {p}",
-            [*cparams, *params],
-            using,
-        )
-    ]
+    """Return the partition leases, sorted; a lease not renewed within LEASE_DURATION is stale."""
+    rows = store(using).leases(group, topic, get_settings().LEASE_DURATION, stale_only=stale_only)
+    return [Lease(*row) for row in rows]
 
 
 def list_subscribers(group: str | None = None, topic: str | None = None, using: str | None = None) -> list[Subscriber]:
-    d = _db.dialect(using)
-    cutoff, cparams = live_cutoff_sql(using)
-    conds, params = [], []
-    for column, value in (("consumer_group", group), ("topic", topic)):
-        if value is not None:
-            conds.append(f"{column} = %s")
-            params.append(value)
-    where = " WHERE " + " AND ".join(conds) if conds else ""
-    return [
-        Subscriber(g, t, name, d.to_datetime(hb), d.to_datetime(gone), bool(live))
-        for g, t, name, hb, gone, live in _db.fetchall(
-            "SELECT consumer_group, topic, subscriber_name, heartbeat_at, deregistered_at, "
-            f"CASE WHEN deregistered_at IS NULL AND heartbeat_at > {cutoff} THEN 1 ELSE 0 END "
-            f"FROM queue_subscriber_heartbeats{where} ORDER BY consumer_group, topic, subscriber_name",
-            [*cparams, *params],
-            using,
-        )
-    ]
+    """Return the subscribers (heartbeat rows), sorted; live: a heartbeat within LEASE_DURATION."""
+    return [Subscriber(*row) for row in store(using).subscribers(group, topic, get_settings().LEASE_DURATION)]
 
 
 def release_lease(
@@ -95,15 +58,10 @@ def release_lease(
     With ``holder`` only that subscriber's lease is deleted (the console passes the
     holder it showed, so a lease another subscriber took meanwhile is left alone). The
     holder's fenced writes to the partition become no-ops at once and it drops the
-    partition at its next lease round; a subscriber of the group then takes it.
+    partition at its next lease round; a subscriber of the group then takes it (see
+    :meth:`~django_sqlqueue.store.positions.PositionStore.release_lease`).
     """
-    p = _db.qn("partition", using)
-    sql = f"DELETE FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s AND {p} = %s"
-    params: list[object] = [group, topic, int(partition)]
-    if holder is not None:
-        sql += " AND leased_by = %s"
-        params.append(holder)
-    deleted = _db.execute(sql, params, using)
+    deleted = store(using).release_lease(group, topic, int(partition), holder)
     if not deleted:
         raise NotFound(
             f"no lease of {group}:{topic}[{partition}]"
@@ -134,10 +92,11 @@ class Delivery:
     @property
     def error_summary(self) -> str:
         """The first line of ``last_error`` ("module.Class: message"), or ""."""
-        return _db.first_line(self.last_error)
+        return first_line(self.last_error)
 
 
-STATUS = {0: "scheduled", 1: "in flight", 2: "retrying"}
+#: Delivery status codes as the console names them.
+STATUS = {SCHEDULED: "scheduled", IN_FLIGHT: "in flight", RETRY: "retrying"}
 
 
 def list_deliveries(
@@ -148,34 +107,14 @@ def list_deliveries(
     limit: int = 200,
     using: str | None = None,
 ) -> list[Delivery]:
-    """Unacked delivery state (in flight, retrying, scheduled), soonest visible first, with message ids.
-
-    ``limit`` bounds the read; the join to the message uses its unique (topic,
-    partition, offset) index.
-    """
-    p, o, k = _db.qn("partition", using), _db.qn("offset", using), _db.qn("key", using)
-    d = _db.dialect(using)
-    conds: list[str] = ["s.acked = %s"]
-    params: list[Any] = [False]
-    for column, value in (("s.consumer_group", group), ("s.topic", topic)):
-        if value is not None:
-            conds.append(f"{column} = %s")
-            params.append(value)
+    """Return unacked delivery state (in flight, retrying, scheduled), soonest visible first, with message ids."""
+    code = None
     if status is not None:
-        codes = [code for code, name in STATUS.items() if name == status]
+        codes = [c for c, name in STATUS.items() if name == status]
         if not codes:
             raise NotFound(f"status must be one of {', '.join(STATUS.values())}, got {status!r}.")
-        conds.append("s.status = %s")
-        params.append(codes[0])
-    rows = _db.fetchall(
-        f"SELECT s.consumer_group, s.topic, s.{p}, s.message_offset, s.status, s.retry_count, s.invisible_until, "
-        f"m.id, m.{k}, s.last_error FROM queue_delivery_state s LEFT JOIN queue_messages m ON m.topic = s.topic "
-        f"AND m.{p} = s.{p} AND m.{o} = s.message_offset WHERE {' AND '.join(conds)} "
-        f"ORDER BY s.invisible_until LIMIT {int(limit)}",
-        params,
-        using,
-    )
+        code = codes[0]
     return [
-        Delivery(g, t, int(part), int(off), STATUS.get(int(st), str(st)), int(rc), d.to_datetime(vis), mid, key, err)
-        for g, t, part, off, st, rc, vis, mid, key, err in rows
+        Delivery(g, t, part, off, STATUS.get(st, str(st)), rc, vis, mid, key, err)
+        for g, t, part, off, st, rc, vis, mid, key, err in store(using).deliveries(group, topic, code, limit)
     ]

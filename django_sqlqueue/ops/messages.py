@@ -18,8 +18,7 @@ from django.db.models import QuerySet
 from ..conf import get_settings
 from ..models import Message
 from ..partitioning import partition_for
-from . import _db
-from ._db import NotFound, OperationError
+from .base import NotFound, OperationError, alias, store
 
 #: Rows of slack around a seq bound found by time: concurrent inserts may commit their
 #: published_at slightly out of seq order.
@@ -88,8 +87,9 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
     if f.key is not None and f.key != "":
         qs = qs.filter(key=f.key)
         if f.topic and partition is None:
-            registered = _db.fetchall("SELECT partitions FROM queue_topics WHERE topic = %s", [f.topic], using)
-            count = registered[0][0] if registered else get_settings().partitions_for(f.topic)
+            registered, count = store(using).registered_partitions(f.topic)
+            if not registered:
+                count = get_settings().partitions_for(f.topic)
             partition = partition_for(f.key, count)
     if partition is not None:
         qs = qs.filter(partition=partition)
@@ -109,7 +109,7 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
 
 def browse(f: MessageFilter, *, cursor: int | None = None, limit: int = 50, using: str | None = None) -> Page:
     """The newest ``limit`` messages matching ``f`` with ``seq < cursor``."""
-    using = _db.alias(using)
+    using = alias(using)
     qs = filtered(f, using)
     if cursor is not None:
         qs = qs.filter(seq__lt=cursor)
@@ -121,6 +121,6 @@ def browse(f: MessageFilter, *, cursor: int | None = None, limit: int = 50, usin
 
 def get_message(seq: int, using: str | None = None) -> Message:
     try:
-        return Message.objects.using(_db.alias(using)).get(seq=seq)
+        return Message.objects.using(alias(using)).get(seq=seq)
     except (Message.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"no message with seq {seq!r} (garbage-collected?).") from None

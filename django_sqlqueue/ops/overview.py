@@ -1,7 +1,9 @@
 """The operator's overview: one read of everything that matters, with the problems flagged.
 
 Every query is bounded by the small tables (groups x topics x partitions) or capped
-(``capped_count``); none counts or scans ``queue_messages`` as a whole.
+(``ReportStore.capped_count``); none counts or scans ``queue_messages`` as a whole. The
+one exception is exact on purpose: lag includes the sequencer's backlog, counted over
+the index of unsequenced rows (see ``store/reports.py``).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from ..conf import get_settings
-from ..models import Message
-from . import _db
+from ..dlq import dlq_topic, is_dlq_topic
+from ..store import DeliveryCounts, QueueStore
+from .base import alias, store
 from .groups import GroupTopic, list_groups
 from .leases import Lease, Subscriber, list_leases, list_subscribers
 from .pausing import PausedTopic, paused_topics
@@ -101,78 +104,36 @@ class Overview:
         return out
 
 
-def _oldest_unhandled(using: str) -> dict[tuple[str, str], dt.datetime]:
-    """Publication time of the message right after each watermark (unique-index lookups)."""
-    p, o = _db.qn("partition", using), _db.qn("offset", using)
-    d = _db.dialect(using)
-    rows = _db.fetchall(
-        f"SELECT w.consumer_group, w.topic, MIN(m.published_at) FROM queue_offsets w JOIN queue_messages m "
-        f"ON m.topic = w.topic AND m.{p} = w.{p} AND m.{o} = w.offset_acked + 1 GROUP BY w.consumer_group, w.topic",
-        using=using,
-    )
-    return {(g, t): d.to_datetime(at) for g, t, at in rows if at is not None}  # type: ignore[misc]
-
-
-def _deliveries(using: str) -> dict[tuple[str, str], dict[int, int]]:
-    out: dict[tuple[str, str], dict[int, int]] = {}
-    for g, t, status, n in _db.fetchall(
-        "SELECT consumer_group, topic, status, COUNT(*) FROM queue_delivery_state WHERE acked = %s "
-        "GROUP BY consumer_group, topic, status",
-        [False],
-        using,
-    ):
-        out.setdefault((g, t), {})[int(status)] = int(n)
-    return out
-
-
-def _dead_letters(pairs: list[tuple[str, str]], topics: list[str], cap: int, using: str) -> tuple[dict, dict]:
-    """Dead letters per (group, topic) and per topic, each a capped range of the (topic, id) index.
-
-    A dead letter's id is ``<group>:<original id>`` (the ORM escapes the prefix for LIKE).
-    """
+def _dead_letters(
+    s: QueueStore, pairs: list[tuple[str, str]], topics: list[str], cap: int
+) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """Dead letters per (group, topic) and per topic, each a capped range of the (topic, id) index."""
     suffix = get_settings().DLQ_SUFFIX
-    messages = Message.objects.using(using)
-    per_group = {
-        (g, t): messages.filter(topic=f"{t}{suffix}", id__startswith=f"{g}:")[: cap + 1].count() for g, t in pairs
-    }
-    per_topic = {t: messages.filter(topic=f"{t}{suffix}")[: cap + 1].count() for t in topics if not t.endswith(suffix)}
+    per_group = {(g, t): s.dead_letter_count(dlq_topic(t, suffix), g, cap) for g, t in pairs}
+    per_topic = {t: s.dead_letter_count(dlq_topic(t, suffix), cap=cap) for t in topics if not is_dlq_topic(t, suffix)}
     return per_group, per_topic
-
-
-def _unsequenced(using: str, cap: int) -> dict[str, int]:
-    """Messages waiting for an offset, per topic, over the partitions the sequencer knows.
-
-    Each count is a range of the index that serves the sequencer's own read (MySQL: the
-    unique (topic, partition, offset) index, NULLs first; PostgreSQL/SQLite: the partial
-    index of unsequenced rows), capped.
-    """
-    p, o = _db.qn("partition", using), _db.qn("offset", using)
-    out: dict[str, int] = {}
-    for topic, part in _db.fetchall(f"SELECT topic, {p} FROM queue_partitions", using=using):
-        n = _db.capped_count(
-            f"SELECT 1 FROM queue_messages WHERE topic = %s AND {p} = %s AND {o} IS NULL", [topic, part], cap, using
-        )
-        out[topic] = min(cap + 1, out.get(topic, 0) + n)
-    return out
 
 
 def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     """Everything the console's first page shows."""
-    using = _db.alias(using)
-    now = _db.db_now(using)
+    using = alias(using)
+    s = store(using)
+    now = s.now()
     groups = list_groups(using=using)
     leases = list_leases(using=using)
     subscribers = list_subscribers(using=using)
     topics = list_topics(using)
-    oldest = _oldest_unhandled(using)
-    deliveries = _deliveries(using)
+    oldest = s.oldest_unhandled()
+    deliveries: dict[tuple[str, str], DeliveryCounts] = {}
+    for (group, topic, _), counts in s.delivery_counts().items():
+        deliveries[(group, topic)] = deliveries.get((group, topic), DeliveryCounts()) + counts
     pairs = [(g.group, g.topic) for g in groups]
-    dl_group, dl_topic = _dead_letters(pairs, [t.topic for t in topics], cap, using)
-    unsequenced = _unsequenced(using, cap)
+    dl_group, dl_topic = _dead_letters(s, pairs, [t.topic for t in topics], cap)
+    unsequenced = s.unsequenced_capped(cap)
     stale = [lease for lease in leases if lease.stale]
     rows = []
     for g in groups:
-        c = deliveries.get((g.group, g.topic), {})
+        c = deliveries.get((g.group, g.topic), DeliveryCounts())
         rows.append(
             _status(
                 g,
@@ -193,7 +154,9 @@ def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     )
 
 
-def _status(g: GroupTopic, oldest: dict, c: dict[int, int], dead: int, stale: int) -> GroupTopicStatus:
+def _status(
+    g: GroupTopic, oldest: dict[tuple[str, str], dt.datetime], c: DeliveryCounts, dead: int, stale: int
+) -> GroupTopicStatus:
     return GroupTopicStatus(
         group=g.group,
         topic=g.topic,
@@ -201,8 +164,9 @@ def _status(g: GroupTopic, oldest: dict, c: dict[int, int], dead: int, stale: in
         live_subscribers=g.live_subscribers,
         lag=g.lag,
         oldest_unhandled_at=oldest.get((g.group, g.topic)),
-        in_flight=c.get(1, 0),
-        retrying=c.get(2, 0),
+        # The console's columns by status code: an expired in-flight delivery is still in flight.
+        in_flight=c.in_flight + c.expired,
+        retrying=c.retry,
         dead_letters=dead,
         paused=g.paused,
         stale_leases=stale,

@@ -2,10 +2,10 @@
 
 Interplay with live workers. Kafka refuses to reset the offsets of a group with live
 members; here an operator may act while workers run, because every write of a worker
-to a partition's delivery state or watermark is fenced by its lease (see the engine,
-``ENGINE-API.md``). An action that changes a group's positions in a partition deletes
-that partition's ``queue_partition_leases`` row *first*, in the same transaction as the
-change:
+to a partition's delivery state or watermark is fenced by its lease (see
+``StoreBase.lock_held`` and ``store/positions.py``). An action that changes a group's
+positions in a partition deletes that partition's ``queue_partition_leases`` row
+*first*, in the same transaction as the change:
 
 - a worker's fenced ack/nack/advance that runs concurrently waits for the row lock and
   then finds no lease: its late write is a no-op, so it cannot move a rewound watermark
@@ -26,13 +26,9 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import transaction
-
-from ..dialects.console import for_update
+from ..store import QueueStore
 from ..validation import validate_group, validate_topic
-from . import _db
-from ._db import NotFound, OperationError
-from .groups import heads
+from .base import NotFound, OperationError, alias, store
 
 POSITIONS = ("earliest", "latest")
 
@@ -92,9 +88,8 @@ def _seek_args(offset: int | None, time: dt.datetime | None, position: str | Non
 
 
 def _target(
-    topic: str, part: int, head: int, mode: str, offset: int | None, time: dt.datetime | None, using: str
+    s: QueueStore, topic: str, part: int, head: int, mode: str, offset: int | None, time: dt.datetime | None
 ) -> int:
-    p, o = _db.qn("partition", using), _db.qn("offset", using)
     if mode == "latest":
         return head
     if mode == "offset":
@@ -104,41 +99,12 @@ def _target(
                 f"offset {offset} is beyond the head of {topic}[{part}] ({head}); nothing was changed."
             )
         return offset
-    sql = f"SELECT MIN({o}) FROM queue_messages WHERE topic = %s AND {p} = %s AND {o} IS NOT NULL"
-    params: list[object] = [topic, part]
-    if mode == "time":
-        # No index on published_at: this reads the partition's rows (an operator action, not a hot path).
-        sql += " AND published_at >= %s"
-        params.append(_db.dialect(using).adapt_datetime(time))
-    ((first,),) = _db.fetchall(sql, params, using)
-    return head if first is None else max(0, int(first) - 1)
-
-
-def _count_messages(topic: str, part: int, low: int, high: int, using: str) -> int:
-    p, o = _db.qn("partition", using), _db.qn("offset", using)
-    ((n,),) = _db.fetchall(
-        f"SELECT COUNT(*) FROM queue_messages WHERE topic = %s AND {p} = %s AND {o} > %s AND {o} <= %s",
-        [topic, part, low, high],
-        using,
-    )
-    return int(n)
-
-
-def _count_acked(group: str, topic: str, part: int, low: int, high: int | None, using: str) -> int:
-    p = _db.qn("partition", using)
-    sql = (
-        f"SELECT COUNT(*) FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND {p} = %s "
-        "AND acked = %s AND message_offset > %s"
-    )
-    params: list[object] = [group, topic, part, True, low]
-    if high is not None:
-        sql += " AND message_offset <= %s"
-        params.append(high)
-    ((n,),) = _db.fetchall(sql, params, using)
-    return int(n)
+    first = s.first_offset(topic, part, time if mode == "time" else None)
+    return head if first is None else max(0, first - 1)
 
 
 def _plan(
+    s: QueueStore,
     group: str,
     topic: str,
     *,
@@ -146,23 +112,14 @@ def _plan(
     time: dt.datetime | None,
     position: str | None,
     partitions: Iterable[int] | None,
-    using: str,
-    lock: bool = False,
+    watermarks: dict[int, int] | None = None,
 ) -> SeekPlan:
+    """Plan a seek from the current heads and ``watermarks`` (read here when not given)."""
     validate_group(group)
     validate_topic(topic, max_length=10_000)
     mode, value = _seek_args(offset, time, position)
-    p = _db.qn("partition", using)
-    topic_heads = {part: head for (_, part), head in heads(topic, using).items()}
-    wm = {
-        int(part): int(acked)
-        for part, acked in _db.fetchall(
-            f"SELECT {p}, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s ORDER BY {p}"
-            + (for_update(_db.connection(using)) if lock else ""),
-            [group, topic],
-            using,
-        )
-    }
+    topic_heads = {part: head for (_, part), head in s.heads([topic]).items()}
+    wm = s.group_watermarks(group, topic) if watermarks is None else watermarks
     known = sorted(set(topic_heads) | set(wm))
     if not known:
         raise NotFound(
@@ -177,17 +134,13 @@ def _plan(
     rows = []
     for part in chosen:
         head, mark = topic_heads.get(part, 0), wm.get(part, 0)
-        target = _target(topic, part, max(head, mark), mode, offset, time, using)
+        target = _target(s, topic, part, max(head, mark), mode, offset, time)
         if target < mark:
-            redeliver = _count_messages(topic, part, target, mark, using) + _count_acked(
-                group, topic, part, mark, None, using
-            )
+            redeliver = s.count_messages(topic, part, target, mark) + s.count_acked(group, topic, part, mark, None)
             skip = 0
         elif target > mark:
             redeliver = 0
-            skip = _count_messages(topic, part, mark, target, using) - _count_acked(
-                group, topic, part, mark, target, using
-            )
+            skip = s.count_messages(topic, part, mark, target) - s.count_acked(group, topic, part, mark, target)
         else:
             redeliver = skip = 0
         rows.append(SeekPartition(part, head, mark, target, redeliver, max(0, skip)))
@@ -211,9 +164,7 @@ def plan_seek(
     next) or ``position`` (``"earliest"``: everything still in the log again;
     ``"latest"``: skip to the head). Writes nothing.
     """
-    return _plan(
-        group, topic, offset=offset, time=time, position=position, partitions=partitions, using=_db.alias(using)
-    )
+    return _plan(store(using), group, topic, offset=offset, time=time, position=position, partitions=partitions)
 
 
 def seek(
@@ -228,50 +179,27 @@ def seek(
 ) -> SeekPlan:
     """Move ``group``'s watermarks on ``topic`` (see :func:`plan_seek`), safely with live workers.
 
-    One transaction: (1) delete the partitions' leases -- the fence, see the module
-    docstring; (2) lock the group's offset rows and compute the plan again from them;
-    (3) rewind: delete the partition's delivery state, so every message above the new
-    watermark is delivered again, acked or not; fast-forward: delete the delivery
-    state at or below the new watermark and keep it above (acked stays acked, a retry
-    keeps its count); (4) write the watermark. Returns the plan as applied.
+    One transaction (:meth:`~django_sqlqueue.store.positions.PositionStore.seek_to`): (1)
+    delete the partitions' leases -- the fence, see the module docstring; (2) lock the
+    group's offset rows and compute the plan again from them; (3) rewind: delete the
+    partition's delivery state, so every message above the new watermark is delivered
+    again, acked or not; fast-forward: delete the delivery state at or below the new
+    watermark and keep it above (acked stays acked, a retry keeps its count); (4) write
+    the watermark. Returns the plan as applied.
     """
-    using = _db.alias(using)
-    p = _db.qn("partition", using)
-    d = _db.dialect(using)
-    with transaction.atomic(using=using):
-        preview = _plan(group, topic, offset=offset, time=time, position=position, partitions=partitions, using=using)
-        chosen = [x.partition for x in preview.partitions]
-        released = _db.execute(
-            "DELETE FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
-            f"AND {p} IN ({_db.in_list(chosen)})",
-            [group, topic, *chosen],
-            using,
-        )
-        plan = _plan(
-            group, topic, offset=offset, time=time, position=position, partitions=chosen, using=using, lock=True
-        )
-        for row in plan.partitions:
-            if row.target == row.watermark:
-                continue
-            sql = f"DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND {p} = %s"
-            params: list[object] = [group, topic, row.partition]
-            if row.target > row.watermark:
-                sql += " AND message_offset <= %s"
-                params.append(row.target)
-            _db.execute(sql, params, using)
-            changed = _db.execute(
-                f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
-                f"WHERE consumer_group = %s AND topic = %s AND {p} = %s",
-                [row.target, group, topic, row.partition],
-                using,
-            )
-            if not changed:
-                _db.execute(
-                    f"INSERT INTO queue_offsets (consumer_group, topic, {p}, offset_acked, updated_at) "
-                    f"VALUES (%s, %s, %s, %s, {d.now_sql})",
-                    [group, topic, row.partition, row.target],
-                    using,
-                )
+    s = store(alias(using))
+    # A first plan, unlocked, validates the request and picks the partitions; the plan
+    # applied is computed again from the locked watermark rows.
+    preview = _plan(s, group, topic, offset=offset, time=time, position=position, partitions=partitions)
+    chosen = [x.partition for x in preview.partitions]
+    released, plan = s.seek_to(
+        group,
+        topic,
+        chosen,
+        lambda marks: _plan(
+            s, group, topic, offset=offset, time=time, position=position, partitions=chosen, watermarks=marks
+        ),
+    )
     return SeekPlan(
         plan.group, plan.topic, plan.mode, plan.value, plan.partitions, applied=True, leases_released=released
     )

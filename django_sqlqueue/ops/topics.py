@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from ..conf import MAX_PARTITIONS, get_settings
-from ..dialects.console import distinct_topics_sql
+from ..dlq import is_dlq_topic
 from ..limits import TOPIC_COLUMN_LENGTH
 from ..validation import validate_topic
-from . import _db
-from ._db import NotFound, OperationError
+from .base import NotFound, OperationError, store
 
 logger = logging.getLogger(__name__)
 
@@ -36,36 +35,32 @@ class TopicInfo:
 
 
 def log_topics(using: str | None = None) -> list[str]:
-    """Every topic that has messages in ``queue_messages`` (a loose index scan, see dialects.console)."""
-    return [row[0] for row in _db.fetchall(distinct_topics_sql(_db.connection(using)), using=using)]
+    """Return every topic that has messages in ``queue_messages``, sorted (a loose index scan)."""
+    return store(using).log_topics()
 
 
 def consuming_groups(using: str | None = None) -> dict[str, list[str]]:
-    """``{topic: [group, ...]}`` of groups with a watermark row or a heartbeat (the GC's definition)."""
-    rows = _db.fetchall(
-        "SELECT DISTINCT topic, consumer_group FROM queue_offsets UNION "
-        "SELECT DISTINCT topic, consumer_group FROM queue_subscriber_heartbeats",
-        using=using,
-    )
+    """Return ``{topic: [group, ...]}`` of groups with a watermark row or a heartbeat (the GC's definition)."""
     groups: dict[str, list[str]] = {}
-    for topic, group in rows:
+    for group, topic in store(using).consumer_pairs():
         groups.setdefault(topic, []).append(group)
-    return {topic: sorted(set(g)) for topic, g in groups.items()}
+    return groups
 
 
 def list_topics(using: str | None = None) -> list[TopicInfo]:
-    """Every topic: in the log, registered by a worker, or consumed by a group; sorted by name."""
+    """Return every topic: in the log, registered by a worker, or consumed by a group; sorted by name."""
     suffix = get_settings().DLQ_SUFFIX
-    registered = dict(_db.fetchall("SELECT topic, partitions FROM queue_topics", using=using))
+    s = store(using)
+    registered = s.registered_topics()
     consumers = consuming_groups(using)
-    names = set(log_topics(using)) | set(registered) | set(consumers)
+    names = set(s.log_topics()) | set(registered) | set(consumers)
     return [
         TopicInfo(
             topic=name,
             partitions=registered.get(name),
             registered=name in registered,
             consumed_by=consumers.get(name, []),
-            dead_letter_topic=name.endswith(suffix) and len(name) > len(suffix),
+            dead_letter_topic=is_dlq_topic(name, suffix),
         )
         for name in sorted(names)
     ]
@@ -93,47 +88,16 @@ def purge_topic(topic: str, *, dry_run: bool = False, batch_size: int = 1000, us
     (they are never reused). ``dry_run`` only counts.
     """
     validate_topic(topic, max_length=TOPIC_COLUMN_LENGTH)
-    using = _db.alias(using)
-    rows = _db.fetchall("SELECT MAX(seq), COUNT(*) FROM queue_messages WHERE topic = %s", [topic], using)
-    max_seq, count = rows[0]
-    known = _db.fetchall(
-        "SELECT 1 FROM queue_topics WHERE topic = %s UNION ALL SELECT 1 FROM queue_offsets WHERE topic = %s",
-        [topic, topic],
-        using,
-    )
+    s = store(using)
+    max_seq, count, known = s.topic_extent(topic)
     if not max_seq and not known:
         raise NotFound(f"topic {topic!r} has no messages and no consumer.")
     if dry_run:
-        return TopicPurge(topic, int(count or 0), dry_run=True)
-    p = _db.qn("partition", using)
-    with transaction.atomic(using=using):
-        # Fence first: the lease rows go before anything else is touched, so a worker's
-        # fenced ack waits for this transaction and then finds no lease.
-        leases = _db.execute("DELETE FROM queue_partition_leases WHERE topic = %s", [topic], using)
-        _db.execute(
-            f"UPDATE queue_offsets SET offset_acked = (SELECT head_offset FROM queue_partitions h "
-            f"WHERE h.topic = queue_offsets.topic AND h.{p} = queue_offsets.{p}), "
-            f"updated_at = {_db.dialect(using).now_sql} "
-            f"WHERE topic = %s AND EXISTS (SELECT 1 FROM queue_partitions h2 WHERE h2.topic = queue_offsets.topic "
-            f"AND h2.{p} = queue_offsets.{p} AND h2.head_offset > queue_offsets.offset_acked)",
-            [topic],
-            using,
-        )
-        states = _db.execute("DELETE FROM queue_delivery_state WHERE topic = %s", [topic], using)
-    deleted = 0
-    while max_seq:
-        with transaction.atomic(using=using):
-            seqs = [
-                r[0]
-                for r in _db.fetchall(
-                    "SELECT seq FROM queue_messages WHERE topic = %s AND seq <= %s ORDER BY seq LIMIT %s",
-                    [topic, max_seq, batch_size],
-                    using,
-                )
-            ]
-            if not seqs:
-                break
-            deleted += _db.execute(f"DELETE FROM queue_messages WHERE seq IN ({_db.in_list(seqs)})", seqs, using)
+        return TopicPurge(topic, count, dry_run=True)
+    # Fence first (one transaction): the lease rows go before anything else is touched,
+    # so a worker's fenced ack waits for it and then finds no lease.
+    leases, states = s.skip_topic(topic)
+    deleted = s.delete_messages(topic, max_seq, batch_size) if max_seq else 0
     return TopicPurge(topic, deleted, states, leases)
 
 
@@ -158,8 +122,6 @@ def repartition_topic(topic: str, partitions: int, *, dry_run: bool = False, usi
     first if that matters. Partitions beyond a smaller count keep their messages and are
     still consumed. Topics with one partition per key cannot be repartitioned.
     """
-    from ..store import QueueStore
-
     validate_topic(topic)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 0 < partitions <= MAX_PARTITIONS:
         raise OperationError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}.")
@@ -173,13 +135,13 @@ def repartition_topic(topic: str, partitions: int, *, dry_run: bool = False, usi
             f"SQLQUEUE gives topic {topic!r} {configured} partitions, not {partitions}: publishers hash keys with "
             f"the settings, so set SQLQUEUE['TOPICS'][{topic!r}] = {{'partitions': {partitions}}} first."
         )
-    store = QueueStore(using or get_settings().DATABASE)
-    registered, old = store.registered_partitions(topic)
+    s = store(using)
+    registered, old = s.registered_partitions(topic)
     if registered and old is None:
         raise OperationError(f"topic {topic!r} is registered with one partition per key; it cannot be repartitioned.")
     if dry_run:
         return Repartition(topic, old if registered else None, partitions)
-    with transaction.atomic(using=store.using):
-        previous, new = store.repartition(topic, partitions)
+    with transaction.atomic(using=s.using):
+        previous, new = s.repartition(topic, partitions)
     logger.warning("repartitioned topic=%s partitions=%s->%s", topic, previous, new)
     return Repartition(topic, previous, new)

@@ -142,43 +142,23 @@ def replay_to_topic(
 def replay_to_group(topic: str, group: str, start_time: dt.datetime, *, using: str | None = None) -> dict[int, int]:
     """Start a *new* consumer group at the first message of ``topic`` published at or after ``start_time``.
 
-    Writes the group's watermark rows (``queue_offsets``) just below that message in
-    every partition; its workers then consume from there on (a group has no end). A
-    partition without such a message starts at its head. Refuses a group that already
-    has watermarks on the topic. Returns ``{partition: watermark}``.
+    Runs no Spark: it sequences the topic, then writes the group's watermark rows
+    (``queue_offsets``) just below that message in every partition
+    (:meth:`~django_sqlqueue.store.positions.PositionStore.start_group`); its workers
+    then consume from there on (a group has no end). A partition without such a
+    message starts at its head. Refuses a group that already has watermarks on the
+    topic. Returns ``{partition: watermark}``.
     """
-    from django.db import transaction
-    from django.utils import timezone
-
-    from django_sqlqueue.models import ConsumerOffset, Message, Partition
     from django_sqlqueue.sequencer import sequence
+    from django_sqlqueue.store import QueueStore
     from django_sqlqueue.validation import validate_group
 
     validate_group(group)
     alias = using or _alias()
     sequence(topic, using=alias)
-    with transaction.atomic(using=alias):
-        if ConsumerOffset.objects.using(alias).filter(consumer_group=group, topic=topic).exists():
-            raise SparkOptionError(
-                f"consumer group {group!r} already consumes {topic!r}: replay into a new group name."
-            )
-        marks: dict[int, int] = {}
-        now = timezone.now()
-        for head in Partition.objects.using(alias).filter(topic=topic).order_by("partition"):
-            first = (
-                Message.objects.using(alias)
-                .filter(topic=topic, partition=head.partition, offset__isnull=False, published_at__gte=start_time)
-                .order_by("offset")
-                .values_list("offset", flat=True)
-                .first()
-            )
-            marks[head.partition] = (first - 1) if first is not None else head.head_offset
-        ConsumerOffset.objects.using(alias).bulk_create(
-            [
-                ConsumerOffset(consumer_group=group, topic=topic, partition=p, offset_acked=o, updated_at=now)
-                for p, o in marks.items()
-            ]
-        )
+    marks = QueueStore(alias).start_group(group, topic, start_time)
+    if marks is None:
+        raise SparkOptionError(f"consumer group {group!r} already consumes {topic!r}: replay into a new group name.")
     return marks
 
 

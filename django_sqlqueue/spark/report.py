@@ -3,7 +3,8 @@
 Four sections, each a chart (inline SVG, drawn with matplotlib) and the table behind it:
 
 1. messages per hour per topic (Spark over the log, ``published_at`` of the last hours);
-2. consumer lag per group over partitions (head offset minus the group's watermark);
+2. consumer lag per group over partitions (``store.lag``: messages published and committed
+   that the group has not acked yet, as ``queue_status`` and the console count it);
 3. retries (messages waiting for a retry, per group and topic) and dead letters by error
    type (the exception class at the start of ``last_error``, Spark over the DLQ topics);
 4. the slowest partitions: the oldest message a group has not processed yet.
@@ -47,17 +48,20 @@ def collect(spark: Any, options: Mapping[str, str], *, hours: int = 48, using: s
     from pyspark.sql import functions as F
 
     from django_sqlqueue.conf import get_settings
-    from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, Partition
+    from django_sqlqueue.dlq import is_dlq_topic
+    from django_sqlqueue.models import DeliveryState, Message
     from django_sqlqueue.sequencer import sequence
+    from django_sqlqueue.store import QueueStore
 
     conf = get_settings()
     alias = using or conf.DATABASE
+    store = QueueStore(alias)
     now = timezone.now()
     data = ReportData(generated_at=now, hours=hours)
-    topics = sorted(set(Message.objects.using(alias).values_list("topic", flat=True).distinct()))
+    topics = store.log_topics()
     for topic in topics:
         sequence(topic, using=alias)
-    dlq = [t for t in topics if t.endswith(conf.DLQ_SUFFIX)]
+    dlq = [t for t in topics if is_dlq_topic(t, conf.DLQ_SUFFIX)]
     since = (now - dt.timedelta(hours=hours)).replace(minute=0, second=0, microsecond=0)
     data.since = since
     if topics:
@@ -84,21 +88,20 @@ def collect(spark: Any, options: Mapping[str, str], *, hours: int = 48, using: s
         )
         data.dead_letters = [(r["topic"], r["error"], int(r["count"])) for r in errors]
 
-    heads = {(p.topic, p.partition): p.head_offset for p in Partition.objects.using(alias).all()}
-    for mark in ConsumerOffset.objects.using(alias).order_by("consumer_group", "topic", "partition"):
-        lag = max(0, heads.get((mark.topic, mark.partition), mark.offset_acked) - mark.offset_acked)
-        data.lag.append((mark.consumer_group, mark.topic, mark.partition, lag))
-        if lag:
+    # The store's one definition of lag, as queue_status and the console report it.
+    for row in store.lags({(w.group, w.topic) for w in store.watermarks()}):
+        data.lag.append((row.group, row.topic, row.partition, row.lag))
+        if row.lag:
             oldest = (
                 Message.objects.using(alias)
-                .filter(topic=mark.topic, partition=mark.partition, offset__gt=mark.offset_acked)
+                .filter(topic=row.topic, partition=row.partition, offset__gt=row.watermark)
                 .order_by("offset")
                 .values_list("published_at", flat=True)
                 .first()
             )
             if oldest is not None:
                 age = (now - oldest).total_seconds()
-                data.slowest.append((mark.consumer_group, mark.topic, mark.partition, age, lag))
+                data.slowest.append((row.group, row.topic, row.partition, age, row.lag))
     data.slowest.sort(key=lambda s: -s[3])
     data.slowest = data.slowest[:10]
     retrying = (

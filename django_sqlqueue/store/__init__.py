@@ -1,16 +1,21 @@
 """Every database operation of the consumer side, one module per responsibility.
 
-The worker (``worker.py``), the lease keeper (``leasing.py``), garbage collection and
-``queue_status`` call these methods; none of them writes SQL of its own. Vendor
-differences come from the dialect (``dialects/``). The sequencer, which numbers
-committed messages, lives in ``sequencer.py``.
+The worker (``worker.py``), the lease keeper (``leasing.py``), garbage collection, the
+operator services (``ops``) and ``queue_status`` call these methods; none of them
+writes SQL of its own against the queue tables. Vendor differences come from the
+dialect (``dialects/``). The sequencer, which numbers committed messages, lives in
+``sequencer.py``.
 
 - ``heartbeats.py``: subscriber liveness, for fair share;
 - ``topics.py``: the topic registry and partition head rows;
 - ``leases.py``: renewing, acquiring and releasing partition leases;
 - ``delivery.py``: the poll's state query, the fetch, recording deliveries;
 - ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
-- ``gc.py``: deleting what every group has processed.
+- ``gc.py``: deleting what every group has processed;
+- ``positions.py``: operator writes to a group's positions (release, seek, pause, drop,
+  purge), fenced by deleting the lease rows first;
+- ``reports.py``: grouped reads for operators (heads, watermarks, deliveries, leases,
+  subscribers, dead letters) and the one definition of lag.
 
 Locking, in short (READ COMMITTED on MySQL):
 
@@ -32,11 +37,13 @@ from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, Par
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
 from .leases import LeaseStore
+from .positions import PositionStore
+from .reports import DeliveryCounts, PartitionLag, ReportStore, lag
 from .topics import TopicStore
 
 
-class QueueStore(HeartbeatStore, TopicStore, LeaseStore, DeliveryStore, AckStore, GCStore):
-    """Consumer-side SQL on one database alias (the union of the store modules)."""
+class QueueStore(HeartbeatStore, TopicStore, LeaseStore, DeliveryStore, AckStore, GCStore, PositionStore, ReportStore):
+    """The queue's SQL on one database alias (the union of the store modules)."""
 
 
 __all__ = [
@@ -45,9 +52,12 @@ __all__ = [
     "IN_FLIGHT",
     "RETRY",
     "SCHEDULED",
+    "DeliveryCounts",
     "FetchPlan",
     "FetchedMessage",
+    "PartitionLag",
     "PartitionState",
     "QueueStore",
     "StoreBase",
+    "lag",
 ]

@@ -39,6 +39,13 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+    """Return the lines of a text table with aligned columns (None shows as "-")."""
+    cells = [tuple(str(c) for c in head)] + [tuple("-" if c is None else str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
 def parse_time(value: str | None) -> dt.datetime | None:
     if not value:
         return None
@@ -75,9 +82,7 @@ class SubcommandCommand(BaseCommand):
                 self.stdout.write(line)
 
     def table(self, head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
-        cells = [tuple(str(c) for c in head)] + [tuple("-" if c is None else str(c) for c in r) for r in rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
-        return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+        return table(head, rows)
 
     def confirm(self, options: dict[str, Any], question: str) -> None:
         """Ask before a destructive action unless --yes/--noinput; refuse without a terminal."""

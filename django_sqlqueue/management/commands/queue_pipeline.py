@@ -138,11 +138,12 @@ class Command(BaseCommand):
 
     def _export(self, spark: Any, source_options: dict[str, str], options: dict[str, Any]) -> None:
         from django_sqlqueue.conf import get_settings
+        from django_sqlqueue.dlq import dlq_topic
         from django_sqlqueue.spark.pipelines import export
 
         topics = options["topic"]
         if options["dlq"]:
-            topics = [f"{t}{get_settings().DLQ_SUFFIX}" for t in topics]
+            topics = [dlq_topic(t, get_settings().DLQ_SUFFIX) for t in topics]
         counts = export(
             spark,
             source_options,

@@ -8,7 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from django_sqlqueue.ops import list_topics
 from django_sqlqueue.status import queue_status
+
+from ._console import table
 
 COLUMNS = (
     "group",
@@ -44,24 +47,23 @@ class Command(BaseCommand):
             self.stdout.write("no consumer group has consumed anything yet")
             self._unconsumed_topics()
             return
-        table = [COLUMNS] + [
+        rows = [
             (
                 p.group,
                 p.topic,
-                str(p.partition),
-                str(p.head),
-                str(p.watermark),
-                str(p.unsequenced),
-                str(p.lag),
-                str(p.in_flight),
-                str(p.retrying),
+                p.partition,
+                p.head,
+                p.watermark,
+                p.unsequenced,
+                p.lag,
+                p.in_flight,
+                p.retrying,
                 (p.lease_holder or "-") + ("" if p.lease_live or not p.lease_holder else " (expired)"),
             )
             for p in status.partitions
         ]
-        widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-        for row in table:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        for line in table(COLUMNS, rows):
+            self.stdout.write(line)
         self.stdout.write("")
         for g in status.groups:
             self.stdout.write(
@@ -73,9 +75,7 @@ class Command(BaseCommand):
         self._unconsumed_topics()
 
     def _unconsumed_topics(self) -> None:
-        """Topics in the log that no group consumes: never garbage-collected (issue 8)."""
-        from django_sqlqueue.ops import list_topics
-
+        """Print the topics in the log that no group consumes: garbage collection never deletes them."""
         nobody = [t.topic for t in list_topics() if t.unconsumed]
         if nobody:
             self.stdout.write(f"topics nobody consumes (never collected): {', '.join(nobody)}")

@@ -1,0 +1,220 @@
+"""Replay and purge dead letters, in batches, each batch once only.
+
+Replay, in one transaction per batch:
+
+1. lock the dead-letter rows (``SELECT ... FOR UPDATE`` by ``seq``) and DELETE them --
+   the once-only guard: a second click, or a second operator, waits for the first
+   transaction and then finds no row, so it replays nothing;
+2. append a copy of each to its *original* topic: a new message (id
+   ``<original id>@replay<dead-letter seq>``, :func:`django_sqlqueue.dlq.replay_id`,
+   never seen before, so idempotency cannot swallow it; it needs nothing of the
+   original, which may have been garbage-collected), same key (hence same partition),
+   payload and metadata, plus ``metadata["sqlqueue_replay"] = {"consumer_group": <the
+   failing group>, ...}`` (:func:`django_sqlqueue.dlq.replay_metadata`).
+
+Every group's workers read the copy; those of other groups ack it without calling
+their handler (``django_sqlqueue.dlq.is_for_other_group``, the engine hook), so it
+is delivered again to the failing group only. Should the copy fail again, it is
+dead-lettered again as a new dead letter (its id differs), which can be replayed in
+turn; the replay metadata keeps the first original id and counts the replays.
+
+An integration whose messages carry state outside the log (the tasks backend)
+registers a replay hook (``dlq.register_replay_hook``); each copy's payload goes
+through :func:`django_sqlqueue.dlq.prepare_replay_payload`, inside the transaction.
+Purge takes the same locks and deletes without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.db import transaction
+
+from ..dlq import prepare_replay_payload, replay_id, replay_metadata
+from ..models import Message
+from ..publisher import write_messages
+from ..validation import PreparedMessage, encode_json
+from .base import OperationError, alias
+from .deadletters import DEFAULT_BATCH, DeadLetter, DeadLetterFilter, from_message, matching
+
+
+def _seqs(seqs: Iterable[Any]) -> list[int]:
+    try:
+        out = sorted({int(s) for s in seqs})
+    except (TypeError, ValueError) as exc:
+        raise OperationError(f"dead-letter seqs must be integers, got {seqs!r}.") from exc
+    if not out:
+        raise OperationError("no dead letter selected.")
+    return out
+
+
+def _batches(seqs: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(seqs), size):
+        yield seqs[start : start + size]
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    action: str
+    #: Rows replayed/purged.
+    done: int
+    #: Selected rows that were gone when we came to them (replayed or purged by someone else).
+    missing: int = 0
+    by_group: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+
+    def describe(self) -> str:
+        verb = {"replay": "replayed", "purge": "purged"}[self.action]
+        text = f"{'would be ' if self.dry_run else ''}{verb} {self.done} dead letter(s)"
+        if self.by_group:
+            text += " (" + ", ".join(f"{g}: {n}" for g, n in sorted(self.by_group.items())) + ")"
+        if self.missing:
+            text += f"; {self.missing} were gone already (replayed or purged by someone else)"
+        return text
+
+
+def _replay_copy(dead: DeadLetter, actor: str) -> PreparedMessage:
+    """Return the copy that replays ``dead`` to the group that failed it (step 2 of the module docstring)."""
+    meta = replay_metadata(
+        dead.metadata,
+        group=dead.group,
+        dead_letter_seq=dead.seq,
+        dead_letter_id=dead.id,
+        original_id=dead.original_id,
+        original_offset=dead.original_offset,
+        original_partition=dead.partition,
+        failure_count=dead.failure_count,
+        last_error=dead.last_error,
+        actor=actor,
+    )
+    return PreparedMessage(
+        key=dead.key,
+        id=replay_id(dead.original_id, dead.seq),
+        payload_json=encode_json(dead.payload, "payload"),
+        metadata_json=encode_json(meta, "metadata"),
+        delay=None,
+        deliver_at=None,
+        explicit_id=True,
+        created_at=None,
+    )
+
+
+def _locked(batch: list[int], using: str) -> list[Message]:
+    """Lock the batch's dead-letter rows that still exist, in seq order (the once-only guard, step 1)."""
+    return list(
+        Message.objects.using(using)
+        .select_for_update()
+        .filter(seq__in=batch)
+        .exclude(original_topic="")
+        .order_by("seq")
+    )
+
+
+def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: bool, using: str) -> BulkResult:
+    done = missing = 0
+    by_group: dict[str, int] = {}
+    for batch in _batches(seqs, batch_size):
+        with transaction.atomic(using=using):
+            rows = _locked(batch, using)
+            missing += len(batch) - len(rows)
+            if not rows:
+                continue
+            dead = [from_message(m) for m in rows]
+            for d in dead:
+                by_group[d.group] = by_group.get(d.group, 0) + 1
+            if dry_run:
+                done += len(rows)
+                transaction.set_rollback(True, using=using)
+                continue
+            # Step 2 of the guard: the DELETE of exactly the rows we locked.
+            deleted, _ = Message.objects.using(using).filter(seq__in=[m.seq for m in rows]).delete()
+            if deleted != len(rows):  # cannot happen while we hold the row locks
+                raise OperationError(f"{action}: expected to delete {len(rows)} dead letters, deleted {deleted}.")
+            if action == "replay":
+                by_topic: dict[str, list[PreparedMessage]] = {}
+                for d in dead:
+                    # Registered hooks (the tasks backend's) may rewrite the payload of their own messages.
+                    payload = prepare_replay_payload(d.original_topic, d.payload, d.metadata, d.original_id, using)
+                    by_topic.setdefault(d.original_topic, []).append(_replay_copy(replace(d, payload=payload), actor))
+                for topic, copies in sorted(by_topic.items()):
+                    write_messages(topic, copies, using=using, compare=False)
+            done += len(rows)
+    return BulkResult(action, done, missing, by_group, dry_run)
+
+
+def replay(
+    seqs: Iterable[Any],
+    *,
+    actor: str = "",
+    batch_size: int = DEFAULT_BATCH,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> BulkResult:
+    """Replay the dead letters with these ``seq`` s to the groups that failed them (see the module docstring)."""
+    return _run("replay", _seqs(seqs), actor, batch_size, dry_run, alias(using))
+
+
+def purge(
+    seqs: Iterable[Any],
+    *,
+    actor: str = "",
+    batch_size: int = DEFAULT_BATCH,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> BulkResult:
+    """Delete the dead letters with these ``seq`` s (same locking as replay, without the copy)."""
+    return _run("purge", _seqs(seqs), actor, batch_size, dry_run, alias(using))
+
+
+def _matching_seqs(f: DeadLetterFilter, batch_size: int, using: str) -> Iterator[list[int]]:
+    """Seqs of the dead letters matching ``f``, newest first, a batch at a time (keyset by seq)."""
+    cursor = None
+    while True:
+        qs = matching(f, using)
+        if cursor is not None:
+            qs = qs.filter(seq__lt=cursor)
+        batch = list(qs.order_by("-seq").values_list("seq", flat=True)[:batch_size])
+        if not batch:
+            return
+        yield batch
+        cursor = batch[-1]
+
+
+def _run_matching(
+    action: str, f: DeadLetterFilter, actor: str, batch_size: int, dry_run: bool, using: str | None
+) -> BulkResult:
+    using = alias(using)
+    total = BulkResult(action, 0, dry_run=dry_run)
+    for batch in _matching_seqs(f, batch_size, using):
+        r = _run(action, batch, actor, batch_size, dry_run, using)
+        merged = dict(total.by_group)
+        for g, n in r.by_group.items():
+            merged[g] = merged.get(g, 0) + n
+        total = BulkResult(action, total.done + r.done, total.missing + r.missing, merged, dry_run)
+    return total
+
+
+def replay_matching(
+    f: DeadLetterFilter,
+    *,
+    actor: str = "",
+    batch_size: int = DEFAULT_BATCH,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> BulkResult:
+    """Replay every dead letter matching ``f``, in batches of ``batch_size`` (one transaction each)."""
+    return _run_matching("replay", f, actor, batch_size, dry_run, using)
+
+
+def purge_matching(
+    f: DeadLetterFilter,
+    *,
+    actor: str = "",
+    batch_size: int = DEFAULT_BATCH,
+    dry_run: bool = False,
+    using: str | None = None,
+) -> BulkResult:
+    """Purge every dead letter matching ``f``, in batches of ``batch_size`` (one transaction each)."""
+    return _run_matching("purge", f, actor, batch_size, dry_run, using)
