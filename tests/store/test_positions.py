@@ -27,7 +27,7 @@ from django_sqlqueue.spark.options import SparkOptionError
 from django_sqlqueue.spark.pipelines import replay_to_group
 from django_sqlqueue.store.positions import GROUP_TABLES
 
-from .engine_helpers import (
+from ..engine_helpers import (
     IN_FLIGHT,
     RETRY,
     head,
@@ -40,7 +40,7 @@ from .engine_helpers import (
     wait_until,
     watermark,
 )
-from .factories import DeliveryStateFactory, PausedTopicFactory, SubscriberHeartbeatFactory
+from ..factories import DeliveryStateFactory, PausedTopicFactory, SubscriberHeartbeatFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_sqlqueue import ops, queue_status
 from django_sqlqueue.store import DeliveryCounts, PartitionLag, lag
 
-from .engine_helpers import (
+from ..engine_helpers import (
     IN_FLIGHT,
     RETRY,
     SCHEDULED,
@@ -24,7 +24,7 @@ from .engine_helpers import (
     publish_to,
     store,
 )
-from .factories import DeliveryStateFactory, PausedTopicFactory, SubscriberHeartbeatFactory
+from ..factories import DeliveryStateFactory, PausedTopicFactory, SubscriberHeartbeatFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
