@@ -19,6 +19,10 @@ CREATE_CHUNK = 500
 
 
 class TopicStore(StoreBase):
+    def registered_topics(self) -> list[str]:
+        """Return every registered topic, sorted."""
+        return [r[0] for r in self._fetchall("SELECT topic FROM queue_topics ORDER BY topic")]
+
     def registered_partitions(self, topic: str) -> tuple[bool, int | None]:
         """Return (registered, partition count or None for per-key) of ``topic``."""
         rows = self._fetchall("SELECT partitions FROM queue_topics WHERE topic = %s", [topic])
