@@ -239,6 +239,14 @@ class Dialect:
         """Return True when ``exc`` is the server refusing a statement or row as too large."""
         return False
 
+    def is_duplicate_key(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` is a unique-key violation that failed one statement only.
+
+        Only MySQL's plain INSERT (see ``MySQLDialect.insert_chunk``) meets it: elsewhere
+        duplicates are skipped with ``ON CONFLICT DO NOTHING`` and never raise.
+        """
+        return False
+
     def insert_messages(
         self, cursor: Any, topic: str, rows: Sequence[MessageRow], *, skip_duplicates: bool
     ) -> set[str]:

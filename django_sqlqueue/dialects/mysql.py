@@ -68,6 +68,9 @@ class MySQLDialect(Dialect):
     def is_too_large(self, exc: BaseException) -> bool:
         return bool(exc.args) and exc.args[0] in PACKET_ERRORS
 
+    def is_duplicate_key(self, exc: BaseException) -> bool:
+        return isinstance(exc, IntegrityError) and bool(exc.args) and exc.args[0] == ER_DUP_ENTRY
+
     def insert_chunk(
         self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
     ) -> set[str]:
@@ -87,7 +90,7 @@ class MySQLDialect(Dialect):
         try:
             return super().insert_chunk(cursor, topic, chunk, plan, False)
         except IntegrityError as exc:
-            if not exc.args or exc.args[0] != ER_DUP_ENTRY:
+            if not self.is_duplicate_key(exc):
                 raise
         ids = [r.id for r in chunk]
         cursor.execute(f"SELECT id FROM queue_messages WHERE topic = %s AND id IN ({in_list(ids)})", [topic, *ids])
