@@ -23,8 +23,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from .. import dlq
 from ..conf import get_settings
-from ..dlq import dead_letter_id, dlq_topic, register_replay_hook
 from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish
 from ..validation import validate_group, validate_message_id, validate_topic
@@ -122,7 +122,7 @@ class SQLQueueBackend(BaseTaskBackend):
             self.topic_for(name)  # validates the queue name as part of a topic
         # apps.py registers it too when TASKS names this backend; also here for a backend
         # configured otherwise (a settings override, a backend built by hand). Idempotent.
-        register_replay_hook(replay_task)
+        dlq.register_replay_hook(replay_task)
 
     # -- mapping ---------------------------------------------------------------------------
 
@@ -139,12 +139,12 @@ class SQLQueueBackend(BaseTaskBackend):
         return {name: self.topic_for(name) for name in sorted(self.queues)}
 
     def dead_letter_topic(self, queue_name: str) -> str:
-        """The dead-letter topic of ``queue_name`` (where its failed tasks are)."""
-        return dlq_topic(self.topic_for(queue_name), get_settings().DLQ_SUFFIX)
+        """Return the dead-letter topic of ``queue_name`` (where its failed tasks are)."""
+        return dlq.dlq_topic(self.topic_for(queue_name), get_settings().DLQ_SUFFIX)
 
     def dead_letter_id(self, result_id: str) -> str:
-        """The id of the dead letter of the failed task ``result_id``."""
-        return dead_letter_id(self.sqlqueue.group, result_id)
+        """Return the id of the dead letter of the failed task ``result_id``."""
+        return dlq.dead_letter_id(self.sqlqueue.group, result_id)
 
     # -- contract --------------------------------------------------------------------------
 
