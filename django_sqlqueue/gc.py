@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import connections
-
 from .conf import get_settings
 from .store import QueueStore
 
@@ -19,7 +17,5 @@ def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = 
     conf = get_settings()
     store = QueueStore(using or conf.DATABASE)
     if topics is None:
-        with connections[store.using].cursor() as cursor:
-            cursor.execute("SELECT topic FROM queue_topics ORDER BY topic")
-            topics = [row[0] for row in cursor.fetchall()]
+        topics = list(store.registered_topics())
     return {topic: store.collect_garbage(topic, None, conf.RETENTION) for topic in topics}

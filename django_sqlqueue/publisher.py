@@ -45,9 +45,6 @@ from .exceptions import ConfigurationError, IdempotencyConflict, InvalidMessage,
 from .partitioning import partition_for
 from .validation import MAX_ERROR_LENGTH, MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
 
-#: MySQL: packet too large (the server drops the connection), row size too large.
-PACKET_ERRORS = frozenset({1153, 1301})
-
 
 @dataclass(frozen=True)
 class PublishedMessage:
@@ -215,7 +212,8 @@ def write_messages(
     explicit = [m.id for m in first.values() if m.explicit_id]
     with _writing(connection, single=len(first) == 1) as cursor:
         limit = dialect.max_statement_bytes(cursor)
-        existing = _load_existing(cursor, dialect, topic, explicit) if explicit else {}
+        # A plain read of the ids on the caller's connection: no lock (see existing_messages).
+        existing = dialect.existing_messages(cursor, topic, explicit) if explicit else {}
         for message_id, m in first.items():
             if message_id in existing:
                 stored_key, stored_partition, stored_payload = existing[message_id]
@@ -251,12 +249,12 @@ def write_messages(
             try:
                 raced = dialect.insert_messages(cursor, topic, rows, skip_duplicates=bool(explicit))
             except OperationalError as exc:
-                if exc.args and exc.args[0] in PACKET_ERRORS:
+                if dialect.is_too_large(exc):
                     raise PayloadTooLarge(f"the database server refused the messages as too large: {exc}") from exc
                 raise
             if raced:
                 # Committed by a concurrent publisher of the same ids while we waited.
-                found = _load_existing(cursor, dialect, topic, sorted(raced))
+                found = dialect.existing_messages(cursor, topic, sorted(raced))
                 for message_id in raced:
                     stored_key, stored_partition, stored_payload = found[message_id]
                     if compare:
@@ -272,29 +270,6 @@ def _check_same(topic: str, m: PreparedMessage, stored_key: str, stored_payload:
             f"message id {m.id!r} was already published to topic {topic!r} with a different {what}; "
             "an id may be published again only with the same payload and key (nothing was written)."
         )
-
-
-def _load_existing(cursor: Any, dialect: Any, topic: str, ids: list[str]) -> dict[str, tuple[str, int, Any]]:
-    """Return ``{id: (key, partition, payload)}`` of the ids stored in ``topic``.
-
-    A plain read: under READ COMMITTED (and PostgreSQL's default) it takes no lock and
-    sees every id committed before the statement started.
-    """
-    found: dict[str, tuple[str, int, Any]] = {}
-    if not ids:
-        return found
-    k = dialect.qn("key")
-    p = dialect.qn("partition")
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        cursor.execute(
-            f"SELECT id, {k}, {p}, payload FROM queue_messages WHERE topic = %s "
-            f"AND id IN ({', '.join(['%s'] * len(chunk))})",
-            [topic, *chunk],
-        )
-        for message_id, key, partition, payload in cursor.fetchall():
-            found[message_id] = (key, int(partition), dialect.load_json(payload))
-    return found
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 - ``queue_task_results``: one row per task that a worker started: status, attempts
   (``worker_ids``), errors with tracebacks, return value. A task not started yet has no
-  row: its state is its message in ``queue_messages`` (see ``tasks/results.py``).
+  row: its state is its message in ``queue_messages`` (see ``tasks/lookup.py``).
 - ``queue_schedules``: one row per recurring schedule: the last tick fired. A worker
   fires a tick in the transaction that moves ``last_tick`` while holding the row's lock,
   so each tick fires once however many workers run (``scheduler.py``).
@@ -39,7 +39,8 @@ class TaskResultRecord(models.Model):
     return_value = models.JSONField(null=True, blank=True)
     #: ``[{"exception_class_path": ..., "traceback": ...}, ...]``, one per failed attempt.
     errors = models.JSONField(default=list)
-    #: One entry per attempt: the worker (subscriber name) that ran it.
+    #: One entry per attempt: the worker process that ran it, as ``host:pid``
+    #: (``tasks.execution.WORKER_ID``), also when ``runconsumer --name`` names the subscriber.
     worker_ids = models.JSONField(default=list)
     updated_at = models.DateTimeField(auto_now=True)
 

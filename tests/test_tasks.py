@@ -345,7 +345,7 @@ def test_prune_deletes_old_finished_results_only(capsys: pytest.CaptureFixture[s
 
 
 def test_retrying_a_dead_letter_reruns_the_task_under_the_same_result() -> None:
-    from django_sqlqueue.tasks.replay import retry_dead_task
+    from django_sqlqueue import ops
 
     result = tasks.flaky.enqueue("second-chance", 3)  # fails 3 times = MAX_ATTEMPTS, then would succeed
     with running_worker():
@@ -355,14 +355,15 @@ def test_retrying_a_dead_letter_reruns_the_task_under_the_same_result() -> None:
             10,
             "dead letter",
         )
-        retry_dead_task(dead)
+        assert ops.replay([dead.seq]).done == 1
         assert not Message.objects.filter(topic="tasks.default_dlq").exists()
         assert tasks.flaky.get_result(result.id).status in AFTER_RETRY
         done = finished(result)
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.attempts == 4 and len(done.errors) == 3
-    with pytest.raises(InvalidMessage, match="already retried"):
-        retry_dead_task(dead)
+    # Already retried: a second replay of the same dead letter finds nothing to replay.
+    again = ops.replay([dead.seq])
+    assert (again.done, again.missing) == (0, 1)
 
 
 def test_the_consoles_replay_of_a_failed_task_reruns_it_under_the_same_result() -> None:
@@ -386,3 +387,112 @@ def test_the_consoles_replay_of_a_failed_task_reruns_it_under_the_same_result() 
         done = finished(result)
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.attempts == 4 and len(done.errors) == 3
+
+
+# -- the replay hook -----------------------------------------------------------------------
+
+
+def _failed_task_record(result_id: str, topic: str, backend: str = "default") -> TaskResultRecord:
+    return TaskResultRecord.objects.create(
+        id=result_id,
+        backend=backend,
+        queue_name="default",
+        topic=topic,
+        task_path="tests.taskapp.tasks.add",
+        status="FAILED",
+        finished_at=timezone.now(),
+        worker_ids=["host:1", "host:1", "host:1"],
+    )
+
+
+def test_the_replay_hook_recognises_a_task_by_its_marker_whatever_the_topic_prefix() -> None:
+    """A backend with its own TOPIC_PREFIX: its topics do not start with "tasks."."""
+    from django_sqlqueue import dlq
+    from django_sqlqueue.conf import get_settings
+    from django_sqlqueue.tasks.backend import SQLQueueBackend
+
+    backend = SQLQueueBackend(
+        "jobs",
+        {
+            "BACKEND": "django_sqlqueue.tasks.SQLQueueBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {"TOPIC_PREFIX": "jobs."},
+        },
+    )
+    topic = backend.topic_for("default")
+    assert topic == "jobs.default"
+    _failed_task_record("custom-prefix", topic, backend="jobs")
+    payload = {
+        "task": "tests.taskapp.tasks.add",
+        "args": [1, 2],
+        "kwargs": {},
+        "backend": "jobs",
+        "queue_name": "default",
+    }
+    # A dead letter's metadata: the enqueue's marker plus the dead-letter part.
+    metadata = dlq.dead_letter_metadata(
+        {"task": "tests.taskapp.tasks.add"}, group="tasks", partition=0, offset=1, original_id="custom-prefix"
+    )
+    using = get_settings().DATABASE
+    with transaction.atomic(using=using):
+        copied = dlq.prepare_replay_payload(topic, payload, metadata, "custom-prefix", using)
+    assert copied == {**payload, "result_id": "custom-prefix"}
+    assert TaskResultRecord.objects.get(id="custom-prefix").status == "READY"
+    assert backend.get_result("custom-prefix").status == TaskResultStatus.READY
+
+
+def test_the_replay_hook_leaves_other_messages_alone() -> None:
+    from django_sqlqueue import dlq
+    from django_sqlqueue.tasks.replay import replay_task
+
+    tasks.add.get_backend()  # the backend registers its hook when it is built
+    assert replay_task in dlq._replay_hooks
+    _failed_task_record("not-a-task", "tasks.default")
+    # A payload that merely has a "task" key, without the backend's metadata marker.
+    payload = {"task": "tests.taskapp.tasks.add"}
+    assert dlq.prepare_replay_payload("tasks.default", payload, {}, "not-a-task", "default") is payload
+    other = {"task": "tests.taskapp.tasks.add"}
+    assert dlq.prepare_replay_payload("orders", other, {"task": "something.else"}, "not-a-task", "default") is other
+    assert TaskResultRecord.objects.get(id="not-a-task").status == "FAILED"
+
+
+@pytest.mark.parametrize(
+    ("tasks_setting", "registered"),
+    [
+        ({"default": {"BACKEND": "django_sqlqueue.tasks.SQLQueueBackend", "QUEUES": ["default"]}}, True),
+        ({"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}, False),
+        (None, False),
+    ],
+)
+def test_the_app_registers_the_replay_hook_without_importing_django_tasks(
+    tasks_setting: dict[str, Any] | None, registered: bool
+) -> None:
+    """In a process that never touches the backend (the console, queue_dlq): registered at
+    start-up when TASKS names it, and neither django.tasks nor the backport is imported."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import django
+from django.conf import settings
+
+extra = {{"TASKS": {tasks_setting!r}}} if {tasks_setting!r} is not None else {{}}
+settings.configure(
+    INSTALLED_APPS=["django_sqlqueue"],
+    DATABASES={{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}}},
+    USE_TZ=True,
+    **extra,
+)
+django.setup()
+from django_sqlqueue import dlq
+
+print([h.__qualname__ for h in dlq._replay_hooks])
+print(sorted(m for m in sys.modules if m == "django_tasks" or m.startswith(("django_tasks.", "django.tasks"))))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    hooks, imported = out.stdout.strip().splitlines()
+    assert hooks == ("['replay_task']" if registered else "[]")
+    assert imported == "[]"

@@ -14,11 +14,10 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from ..models import QueueConsole
 from ..ops import OperationError
+from ..timeparse import parse_time as parse_iso_time
 
 APP = "django_sqlqueue"
 VIEW = "view_queue"
@@ -146,12 +145,10 @@ def parse_time(value: str | None, what: str) -> dt.datetime | None:
     """Parse an ISO 8601 time from a form (``datetime-local`` inputs are naive: taken as UTC)."""
     if not value:
         return None
-    parsed = parse_datetime(value.strip())
-    if parsed is None:
-        raise OperationError(f"{what}: {value!r} is not a date and time (use YYYY-MM-DDTHH:MM[:SS], UTC).")
-    if timezone.is_naive(parsed):
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed
+    try:
+        return parse_iso_time(value)
+    except ValueError:
+        raise OperationError(f"{what}: {value!r} is not a date and time (use YYYY-MM-DDTHH:MM[:SS], UTC).") from None
 
 
 def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int | None:

@@ -7,7 +7,7 @@ import functools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -61,6 +61,29 @@ class MessageRow:
         return len(self.payload_json) + len(self.metadata_json) + len(self.last_error) + len(self.id) + len(self.key)
 
 
+def in_list(values: Sequence[Any]) -> str:
+    """Return ``%s, %s, ...``: the placeholders of an IN list of ``values``."""
+    return ", ".join(["%s"] * len(values))
+
+
+@dataclass(frozen=True)
+class InsertPlan:
+    """The statement shape shared by every chunk of one :meth:`Dialect.insert_messages` call.
+
+    Built per call and handed to :meth:`Dialect.insert_chunk`: a dialect is cached per
+    connection, so per-call state must not live on it.
+    """
+
+    #: The ``(...)`` of one row of the VALUES list.
+    row_sql: str
+    #: Every row's metadata is ``{}``: a literal in ``row_sql``, no parameter.
+    no_metadata: bool
+    #: Rows carry ``deliver_at``/``delay_us`` parameters.
+    scheduled: bool
+    #: Rows carry the dead-letter parameters (failed, count, error, original topic, created).
+    dead_letters: bool
+
+
 def statements(rows: Sequence[MessageRow], max_bytes: int = MAX_BYTES_PER_INSERT) -> Iterator[Sequence[MessageRow]]:
     """Cut rows into statements of bounded row count and size."""
     start, size = 0, 0
@@ -107,13 +130,12 @@ class Dialect:
         " FROM t WHERE t.topic IS NOT NULL"
         ") SELECT topic FROM t WHERE topic IS NOT NULL ORDER BY topic"
     )
+    #: Two-argument maximum.
+    greatest = "GREATEST"
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
         self.qn = connection.ops.quote_name
-
-    #: Two-argument maximum.
-    greatest = "GREATEST"
 
     def excluded(self, column: str) -> str:
         """The value an upsert tried to insert into ``column``."""
@@ -156,8 +178,17 @@ class Dialect:
         """SQL (and its parameter) for the database's now plus ``seconds``."""
         return self.now_plus_us_sql, [round(seconds * 1_000_000)]
 
-    def to_datetime(self, value: Any) -> dt.datetime | None:
-        """Convert a datetime read by raw SQL to an aware UTC datetime."""
+    @overload
+    def to_datetime(self, value: None) -> None: ...
+
+    @overload
+    def to_datetime(self, value: dt.datetime | str) -> dt.datetime: ...
+
+    @overload
+    def to_datetime(self, value: dt.datetime | str | None) -> dt.datetime | None: ...
+
+    def to_datetime(self, value: dt.datetime | str | None) -> dt.datetime | None:
+        """Convert a datetime read by raw SQL to an aware UTC datetime (None stays None)."""
         if value is None:
             return None
         if isinstance(value, str):
@@ -165,6 +196,11 @@ class Dialect:
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.UTC)
         return value.astimezone(dt.UTC)
+
+    def literal(self, value: Any) -> str:
+        """Return ``value`` as a SQL literal, escaped by the driver (for SQL text another
+        client runs, e.g. Spark's JDBC reader; everything else binds parameters)."""
+        raise NotImplementedError(f"SQL literals are built for MySQL/MariaDB only, not {self.connection.vendor}.")
 
     def load_json(self, value: Any) -> Any:
         """Decode a JSON column read by raw SQL (drivers return text or objects)."""
@@ -189,6 +225,40 @@ class Dialect:
         """The largest statement the server accepts, if it has a limit worth checking."""
         return None
 
+    #: Ids per look-up statement of :meth:`existing_messages`.
+    lookup_chunk = 500
+
+    def existing_messages(self, cursor: Any, topic: str, ids: Sequence[str]) -> dict[str, tuple[str, int, Any]]:
+        """Return ``{id: (key, partition, payload)}`` of the ids stored in ``topic``.
+
+        A plain read on the caller's cursor, inside the caller's transaction: under READ
+        COMMITTED (and PostgreSQL's default) it takes no lock and sees every id committed
+        before the statement started.
+        """
+        found: dict[str, tuple[str, int, Any]] = {}
+        k, p = self.qn("key"), self.qn("partition")
+        for start in range(0, len(ids), self.lookup_chunk):
+            chunk = list(ids[start : start + self.lookup_chunk])
+            cursor.execute(
+                f"SELECT id, {k}, {p}, payload FROM queue_messages WHERE topic = %s AND id IN ({in_list(chunk)})",
+                [topic, *chunk],
+            )
+            for message_id, key, partition, payload in cursor.fetchall():
+                found[message_id] = (key, int(partition), self.load_json(payload))
+        return found
+
+    def is_too_large(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` is the server refusing a statement or row as too large."""
+        return False
+
+    def is_duplicate_key(self, exc: BaseException) -> bool:
+        """Return True when ``exc`` is a unique-key violation that failed one statement only.
+
+        Only MySQL's plain INSERT (see ``MySQLDialect.insert_chunk``) meets it: elsewhere
+        duplicates are skipped with ``ON CONFLICT DO NOTHING`` and never raise.
+        """
+        return False
+
     def insert_messages(
         self, cursor: Any, topic: str, rows: Sequence[MessageRow], *, skip_duplicates: bool
     ) -> set[str]:
@@ -205,13 +275,21 @@ class Dialect:
         SQL literals, so the per-row parameters (escaped one by one by the driver) stay
         few.
         """
+        plan = self.insert_plan(rows)
+        skipped: set[str] = set()
+        for chunk in statements(rows, self.max_statement_bytes(cursor) or MAX_BYTES_PER_INSERT):
+            skipped |= self.insert_chunk(cursor, topic, chunk, plan, skip_duplicates)
+        return skipped
+
+    def insert_plan(self, rows: Sequence[MessageRow]) -> InsertPlan:
+        """Return the statement shape of inserting ``rows`` (see :meth:`insert_messages`)."""
         ts, now, json_ph = self.datetime_placeholder, self.now_sql, self.json_placeholder
         dead_letters = any(r.failed or r.original_topic or r.created_at for r in rows)
         scheduled = dead_letters or any(r.deliver_at is not None or r.delay_us for r in rows)
         deliver_sql = f"COALESCE({ts}, {self.now_plus_us_sql})" if scheduled else now
         # Empty metadata (the common case) is a literal, one parameter fewer per row.
-        self._no_metadata = all(r.metadata_json == "{}" for r in rows)
-        metadata_sql = self.empty_json_sql if self._no_metadata else json_ph
+        no_metadata = all(r.metadata_json == "{}" for r in rows)
+        metadata_sql = self.empty_json_sql if no_metadata else json_ph
         if dead_letters:
             row_sql = (
                 f"(%s, %s, %s, %s, {json_ph}, {metadata_sql}, {deliver_sql}, CASE WHEN {self.bool_placeholder} "
@@ -219,28 +297,24 @@ class Dialect:
             )
         else:
             row_sql = f"(%s, %s, %s, %s, {json_ph}, {metadata_sql}, {deliver_sql}, NULL, 0, '', '', {now}, {now})"
-        self._row_sql = row_sql
-        self._scheduled, self._dead_letters = scheduled, dead_letters
-        skipped: set[str] = set()
-        for chunk in statements(rows, self.max_statement_bytes(cursor) or MAX_BYTES_PER_INSERT):
-            skipped |= self.insert_chunk(cursor, topic, chunk, skip_duplicates)
-        return skipped
+        return InsertPlan(row_sql=row_sql, no_metadata=no_metadata, scheduled=scheduled, dead_letters=dead_letters)
 
-    def insert_chunk(self, cursor: Any, topic: str, chunk: Sequence[MessageRow], skip_duplicates: bool) -> set[str]:
-        """One INSERT statement for ``chunk`` (see :meth:`insert_messages`)."""
+    def insert_chunk(
+        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
+    ) -> set[str]:
+        """One INSERT statement for ``chunk``, shaped by ``plan`` (see :meth:`insert_messages`)."""
         adapt = self.adapt_datetime
         params: list[Any] = []
-        no_metadata = self._no_metadata
         for r in chunk:
-            if no_metadata:
+            if plan.no_metadata:
                 params += (topic, r.partition, r.key, r.id, r.payload_json)
             else:
                 params += (topic, r.partition, r.key, r.id, r.payload_json, r.metadata_json)
-            if self._scheduled:
+            if plan.scheduled:
                 params += (adapt(r.deliver_at), r.delay_us)
-            if self._dead_letters:
+            if plan.dead_letters:
                 params += (r.failed, r.failure_count, r.last_error, r.original_topic, adapt(r.created_at))
-        sql = f"INSERT INTO queue_messages ({self.message_columns}) VALUES {', '.join([self._row_sql] * len(chunk))}"
+        sql = f"INSERT INTO queue_messages ({self.message_columns}) VALUES {', '.join([plan.row_sql] * len(chunk))}"
         return self.execute_insert(cursor, sql, params, [r.id for r in chunk], skip_duplicates)
 
     def execute_insert(

@@ -14,10 +14,12 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from .base import Dialect, MessageRow
+from .base import Dialect, InsertPlan, MessageRow, in_list
 
 #: Duplicate entry for a unique key.
 ER_DUP_ENTRY = 1062
+#: Packet too large (the server drops the connection), row size too large.
+PACKET_ERRORS = frozenset({1153, 1301})
 #: (seq, offset) pairs per offset-assigning statement.
 ASSIGN_JSON_CHUNK = 10000
 
@@ -47,6 +49,11 @@ class MySQLDialect(Dialect):
         # Not INSERT IGNORE, which would also turn other errors into warnings.
         return f"ON DUPLICATE KEY UPDATE {noop} = {noop}"
 
+    def literal(self, value: Any) -> str:
+        # The open connection's own escaping (it knows the connection's character set).
+        self.connection.ensure_connection()
+        return self.connection.connection.literal(value).decode()
+
     def max_statement_bytes(self, cursor: Any) -> int | None:
         """``max_allowed_packet``, read once per connection.
 
@@ -62,7 +69,15 @@ class MySQLDialect(Dialect):
         # Leave room for the statement text around the values, and for escaping.
         return max(1024, cached[1] // 2 - 64 * 1024)
 
-    def insert_chunk(self, cursor: Any, topic: str, chunk: Sequence[MessageRow], skip_duplicates: bool) -> set[str]:
+    def is_too_large(self, exc: BaseException) -> bool:
+        return bool(exc.args) and exc.args[0] in PACKET_ERRORS
+
+    def is_duplicate_key(self, exc: BaseException) -> bool:
+        return isinstance(exc, IntegrityError) and bool(exc.args) and exc.args[0] == ER_DUP_ENTRY
+
+    def insert_chunk(
+        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
+    ) -> set[str]:
         """A plain INSERT; a duplicate id is found after the fact.
 
         Not ``INSERT IGNORE`` (it turns every error, e.g. invalid JSON, into a warning
@@ -75,22 +90,19 @@ class MySQLDialect(Dialect):
         inserted again.
         """
         if not skip_duplicates:
-            return super().insert_chunk(cursor, topic, chunk, False)
+            return super().insert_chunk(cursor, topic, chunk, plan, False)
         try:
-            return super().insert_chunk(cursor, topic, chunk, False)
+            return super().insert_chunk(cursor, topic, chunk, plan, False)
         except IntegrityError as exc:
-            if not exc.args or exc.args[0] != ER_DUP_ENTRY:
+            if not self.is_duplicate_key(exc):
                 raise
         ids = [r.id for r in chunk]
-        cursor.execute(
-            f"SELECT id FROM queue_messages WHERE topic = %s AND id IN ({', '.join(['%s'] * len(ids))})",
-            [topic, *ids],
-        )
+        cursor.execute(f"SELECT id FROM queue_messages WHERE topic = %s AND id IN ({in_list(ids)})", [topic, *ids])
         existing = {row[0] for row in cursor.fetchall()}
         if not existing:
             raise IntegrityError(f"duplicate key in queue_messages for topic {topic!r}, but no id of the batch exists")
         rest = [r for r in chunk if r.id not in existing]
-        return existing | (self.insert_chunk(cursor, topic, rest, True) if rest else set())
+        return existing | (self.insert_chunk(cursor, topic, rest, plan, True) if rest else set())
 
     def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
         """One UPDATE joined with the (seq, offset) pairs as a JSON_TABLE (MySQL 8, MariaDB 10.6).

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .options import SparkOptionError, jdbc_url
-from .schema import MESSAGE_COLUMNS
+from .schema import COLUMN_NAMES, MESSAGE_COLUMNS
 
 ENGINES = ("auto", "python", "jdbc")
 
@@ -84,43 +84,29 @@ def _load_jdbc(
     from .runtime import driver_database
 
     with driver_database(options) as alias:
-        from django.db import connections
-
+        from ..store.log import LogStore
         from .reader import run_sequencer
 
         run_sequencer(alias, topics)
-        connection = connections[alias]
-        where = "topic IN ({}) AND `offset` IS NOT NULL".format(", ".join(["%s"] * len(topics)))
-        params: list[Any] = list(topics)
-        for column, op, moment in (("published_at", ">=", start_time), ("published_at", "<", end_time)):
-            if moment:
-                where += f" AND {column} {op} %s"
-                params.append(moment.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" "))
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT MIN(seq), MAX(seq), COUNT(*) FROM queue_messages WHERE {where}", params)
-            low, high, count = cursor.fetchone()
-            # The literal WHERE of the JDBC subquery: quote with the driver's own escaping.
-            literal = where
-            for value in params:
-                literal = literal.replace("%s", connection.connection.literal(value).decode(), 1)
-    columns = ", ".join(f"`{name}`" for name, _ in MESSAGE_COLUMNS)
-    table = f"(SELECT seq, {columns} FROM queue_messages WHERE {literal}) AS m"
+        # The subquery of Spark's JDBC reader: quoted by the database's dialect, values inlined.
+        bounds = LogStore(alias).seq_bounds(topics, COLUMN_NAMES, start_time, end_time)
     reader = (
         spark.read.format("jdbc")
         .option("url", jdbc_url(options))
         .option("driver", "org.mariadb.jdbc.Driver")
         .option("user", options.get("user", ""))
         .option("password", options.get("password", ""))
-        .option("dbtable", table)
+        .option("dbtable", bounds.table_sql)
         .option("fetchsize", "10000")
     )
-    if count:
-        parts = splits or max(1, min(64, int(count) // 100_000 + spark.sparkContext.defaultParallelism))
+    if bounds.count and bounds.high is not None:
+        parts = splits or max(1, min(64, bounds.count // 100_000 + spark.sparkContext.defaultParallelism))
         reader = (
             reader.option("partitionColumn", "seq")
-            .option("lowerBound", str(low))
-            .option("upperBound", str(int(high) + 1))
+            .option("lowerBound", str(bounds.low))
+            .option("upperBound", str(bounds.high + 1))
             .option("numPartitions", str(parts))
         )
     df = reader.load()
+    # Backticks here are Spark SQL's identifier quoting, not the database's.
     return df.selectExpr(*[f"CAST(`{name}` AS {type_name}) AS `{name}`" for name, type_name in MESSAGE_COLUMNS])

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..exceptions import ConfigurationError
 from ..limits import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
+from ..timeparse import parse_time
 
 #: Option names of the connection (all lower-case, as Spark delivers them).
 CONNECTION_OPTIONS = ("engine", "host", "port", "database", "user", "password", "dboptions", "sqlqueue")
@@ -170,12 +171,9 @@ def get_time(options: Mapping[str, str], name: str) -> dt.datetime | None:
     if value in (None, ""):
         return None
     try:
-        moment = dt.datetime.fromisoformat(str(value))
+        return parse_time(str(value))
     except ValueError:
         raise SparkOptionError(f"option {name!r} must be an ISO 8601 time, got {value!r}.") from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
 
 
 def get_topics(options: Mapping[str, str]) -> list[str]:

@@ -20,12 +20,15 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .options import SparkOptionError, get_bool, get_int, get_str, get_time, get_topics
 from .runtime import database
+
+if TYPE_CHECKING:
+    from ..store.log import LogFilter
 
 #: Rows fetched per query while reading one split (keyset pagination on the offset).
 FETCH_ROWS = 10_000
@@ -80,93 +83,43 @@ def split_range(topic: str, partition: int, first: int, last: int, rows: int) ->
     return [Split(topic, partition, lo, min(lo + rows - 1, last)) for lo in range(first, last + 1, rows)]
 
 
-def _quoted(connection: Any) -> tuple[str, str, str]:
-    qn = connection.ops.quote_name
-    return qn("partition"), qn("offset"), qn("key")
+def log_filter(rng: Range) -> LogFilter:
+    """Return the store's filter of a read's range."""
+    from ..store.log import LogFilter
 
-
-def _time_filters(rng: Range, connection: Any) -> tuple[str, list[Any]]:
-    sql, params = "", []
-    if rng.start_time:
-        sql += " AND published_at >= %s"
-        params.append(connection.ops.adapt_datetimefield_value(rng.start_time))
-    if rng.end_time:
-        sql += " AND published_at < %s"
-        params.append(connection.ops.adapt_datetimefield_value(rng.end_time))
-    return sql, params
+    return LogFilter(
+        start_offset=rng.start_offset,
+        end_offset=rng.end_offset,
+        start_time=rng.start_time,
+        end_time=rng.end_time,
+        partitions=rng.partitions,
+    )
 
 
 def plan(alias: str, topics: Sequence[str], rng: Range, rows_per_split: int) -> list[Split]:
     """Return the splits of a read of ``topics`` (see the module docstring)."""
-    from django.db import connections
+    # Imported here, not at the top: Spark imports this module while planning, before
+    # runtime.database() has set Django up.
+    from ..store.log import LogStore
 
-    connection = connections[alias]
-    p, o, _ = _quoted(connection)
+    store = LogStore(alias)
     splits: list[Split] = []
-    with connection.cursor() as cursor:
-        for topic in topics:
-            sql = f"SELECT {p}, MIN({o}), MAX({o}) FROM queue_messages WHERE topic = %s AND {o} IS NOT NULL"
-            params: list[Any] = [topic]
-            if rng.start_offset:
-                sql += f" AND {o} >= %s"
-                params.append(rng.start_offset)
-            if rng.end_offset:
-                sql += f" AND {o} <= %s"
-                params.append(rng.end_offset)
-            if rng.partitions:
-                sql += f" AND {p} IN ({', '.join(['%s'] * len(rng.partitions))})"
-                params.extend(rng.partitions)
-            time_sql, time_params = _time_filters(rng, connection)
-            cursor.execute(f"{sql}{time_sql} GROUP BY {p} ORDER BY {p}", params + time_params)
-            for partition, first, last in cursor.fetchall():
-                splits.extend(split_range(topic, int(partition), int(first), int(last), rows_per_split))
+    for topic in topics:
+        for partition, first, last in store.offset_ranges(topic, log_filter(rng)):
+            splits.extend(split_range(topic, partition, first, last, rows_per_split))
     return splits
 
 
 def read_split(alias: str, split: Split, rng: Range, parse_payload: bool) -> Iterator[tuple[Any, ...]]:
     """Yield the rows of one split in offset order, ``FETCH_ROWS`` per query."""
-    from django.db import connections
+    from ..store.log import LogStore
 
-    from ..dialects import get_dialect
-
-    connection = connections[alias]
-    dialect = get_dialect(connection)
-    p, o, k = _quoted(connection)
-    time_sql, time_params = _time_filters(rng, connection)
-    sql = (
-        f"SELECT topic, {p}, {o}, {k}, id, payload, metadata, created_at, published_at, deliver_at, "
-        f"failed_at, failure_count, last_error, original_topic FROM queue_messages "
-        f"WHERE topic = %s AND {p} = %s AND {o} > %s AND {o} <= %s{time_sql} ORDER BY {o} LIMIT {FETCH_ROWS}"
+    rows = LogStore(alias).read_range(
+        split.topic, split.partition, split.first, split.last, log_filter(rng), fetch_rows=FETCH_ROWS
     )
-    to_dt = dialect.to_datetime
-    after = split.first - 1
-    while after < split.last:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [split.topic, split.partition, after, split.last, *time_params])
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        for row in rows:
-            payload = _json_text(row[5])
-            yield (
-                row[0],
-                int(row[1]),
-                int(row[2]),
-                row[3],
-                row[4],
-                json.loads(payload) if parse_payload else payload,
-                _json_text(row[6]),
-                to_dt(row[7]),
-                to_dt(row[8]),
-                to_dt(row[9]),
-                to_dt(row[10]),
-                int(row[11]),
-                row[12],
-                row[13],
-            )
-        if len(rows) < FETCH_ROWS:
-            return
-        after = int(rows[-1][2])
+    for row in rows:
+        payload = _json_text(row[5])
+        yield (*row[:5], json.loads(payload) if parse_payload else payload, _json_text(row[6]), *row[7:])
 
 
 def _json_text(value: Any) -> str:

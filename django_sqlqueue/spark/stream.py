@@ -32,13 +32,10 @@ from .runtime import database
 
 def head_offsets(alias: str, topic: str) -> dict[str, int]:
     """Return ``{"<partition>": head offset}`` of the topic's sequenced partitions."""
-    from django.db import connections
+    # Imported here: Django is set up by runtime.database(), after Spark imported this module.
+    from ..store.log import LogStore
 
-    connection = connections[alias]
-    p = connection.ops.quote_name("partition")
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {p}, head_offset FROM queue_partitions WHERE topic = %s", [topic])
-        return {str(int(partition)): int(head) for partition, head in cursor.fetchall()}
+    return {str(partition): head for partition, head in LogStore(alias).head_offsets(topic).items()}
 
 
 def admit(start: Mapping[str, int], latest: Mapping[str, int], max_rows: int) -> dict[str, int]:

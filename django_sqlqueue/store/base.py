@@ -9,16 +9,12 @@ from typing import Any
 from django.db import connections
 
 from ..dialects import Dialect, get_dialect
+from ..dialects.base import in_list
 from ..models import DeliveryState
 
 IN_FLIGHT = DeliveryState.Status.IN_FLIGHT.value
 RETRY = DeliveryState.Status.RETRY.value
 SCHEDULED = DeliveryState.Status.SCHEDULED.value
-
-
-def in_list(values: Sequence[Any]) -> str:
-    """``%s, %s, ...`` for an IN list of ``values``."""
-    return ", ".join(["%s"] * len(values))
 
 
 class StoreBase:
@@ -61,7 +57,7 @@ class StoreBase:
         """Return the database's current time."""
         d = self.dialect
         (row,) = self._fetchall(f"SELECT {d.now_sql}")
-        return d.to_datetime(row[0])  # type: ignore[return-value]
+        return d.to_datetime(row[0])
 
     def match_offsets(self, keys: Sequence[tuple[int, int]]) -> tuple[str, list[Any]]:
         """``(partition = ? AND message_offset IN (...)) OR ...`` for (partition, offset) pairs.

@@ -112,7 +112,7 @@ class DeliveryStore(StoreBase):
                 in_flight=int(r[6] or 0),
                 advanceable=bool(r[7]) or bool(r[8]),
                 unsequenced=bool(r[9]),
-                now=d.to_datetime(r[10]),  # type: ignore[arg-type]
+                now=d.to_datetime(r[10]),
             )
             for r in rows
         ]
@@ -170,8 +170,8 @@ class DeliveryStore(StoreBase):
                         id=r[3],
                         payload=d.load_json(r[4]),
                         metadata=d.load_json(r[5]),
-                        created_at=d.to_datetime(r[6]),  # type: ignore[arg-type]
-                        deliver_at=d.to_datetime(r[7]),  # type: ignore[arg-type]
+                        created_at=d.to_datetime(r[6]),
+                        deliver_at=d.to_datetime(r[7]),
                         # -1 marks the fresh branch (a typed NULL is not portable in UNION).
                         retry_count=None if r[8] == -1 else int(r[8]),
                         status=None if r[9] == -1 else int(r[9]),

@@ -331,12 +331,6 @@ class ReportStore(StoreBase):
         """Return every topic that has messages, sorted (a loose index scan, see ``Dialect.distinct_topics_sql``)."""
         return [row[0] for row in self._fetchall(self.dialect.distinct_topics_sql)]
 
-    def registered_topics(self) -> dict[str, int | None]:
-        """Return ``{topic: partition count (None: one per key)}`` of the topic registry."""
-        return {
-            t: None if n is None else int(n) for t, n in self._fetchall("SELECT topic, partitions FROM queue_topics")
-        }
-
     def dead_letter_count(self, dlq_topic: str, group: str | None = None, cap: int | None = None) -> int:
         """Count the dead letters in ``dlq_topic`` (of ``group`` only), reading at most ``cap + 1``.
 

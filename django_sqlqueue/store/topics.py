@@ -19,6 +19,11 @@ CREATE_CHUNK = 500
 
 
 class TopicStore(StoreBase):
+    def registered_topics(self) -> dict[str, int | None]:
+        """Return ``{topic: partition count (None: one per key)}`` of the registry, sorted by topic."""
+        rows = self._fetchall("SELECT topic, partitions FROM queue_topics ORDER BY topic")
+        return {topic: None if n is None else int(n) for topic, n in rows}
+
     def registered_partitions(self, topic: str) -> tuple[bool, int | None]:
         """Return (registered, partition count or None for per-key) of ``topic``."""
         rows = self._fetchall("SELECT partitions FROM queue_topics WHERE topic = %s", [topic])

@@ -23,6 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from .. import dlq
 from ..conf import get_settings
 from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish
@@ -37,6 +38,8 @@ from .compat import (
     task_enqueued,
 )
 from .keys import current_key
+from .lookup import load_result
+from .replay import replay_task
 
 #: Keys of ``OPTIONS``.
 OPTION_KEYS = frozenset(
@@ -117,6 +120,9 @@ class SQLQueueBackend(BaseTaskBackend):
             raise ConfigurationError(f"TASKS[{alias!r}]['QUEUES'] must name at least one queue.")
         for name in sorted(self.queues):
             self.topic_for(name)  # validates the queue name as part of a topic
+        # apps.py registers it too when TASKS names this backend; also here for a backend
+        # configured otherwise (a settings override, a backend built by hand). Idempotent.
+        dlq.register_replay_hook(replay_task)
 
     # -- mapping ---------------------------------------------------------------------------
 
@@ -133,7 +139,12 @@ class SQLQueueBackend(BaseTaskBackend):
         return {name: self.topic_for(name) for name in sorted(self.queues)}
 
     def dead_letter_topic(self, queue_name: str) -> str:
-        return f"{self.topic_for(queue_name)}{get_settings().DLQ_SUFFIX}"
+        """Return the dead-letter topic of ``queue_name`` (where its failed tasks are)."""
+        return dlq.dlq_topic(self.topic_for(queue_name), get_settings().DLQ_SUFFIX)
+
+    def dead_letter_id(self, result_id: str) -> str:
+        """Return the id of the dead letter of the failed task ``result_id``."""
+        return dlq.dead_letter_id(self.sqlqueue.group, result_id)
 
     # -- contract --------------------------------------------------------------------------
 
@@ -192,6 +203,4 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         """The task's state: from its result row once a worker started it, else from its message."""
-        from .results import load_result
-
         return load_result(self, result_id)

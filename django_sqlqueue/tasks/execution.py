@@ -60,7 +60,7 @@ class TaskHandler:
         # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
         result_id = payload.get("result_id") or message.id
         record = results.begin(
-            backend=backend,
+            backend_alias=backend.alias,
             result_id=result_id,
             payload=payload,
             topic=message.topic,

@@ -1,67 +1,58 @@
-"""Retrying a failed task from its dead letter (what the console's "retry" does for tasks).
+"""Replaying a failed task from its dead letter: the tasks backend's replay hook.
 
-A failed task is a dead letter of its topic (``tasks.<queue>_dlq``, id
-``<group>:<result id>``). Retrying it, in one transaction:
+A failed task is a dead letter of its topic (``<topic><DLQ_SUFFIX>``, id
+``<group>:<result id>``). The generic replay (``ops`` replay: the console, ``manage.py
+queue_dlq replay``) appends a copy of the dead letter to the task's topic under a new
+message id, in one transaction with deleting the dead letter. For a task it calls
+:func:`replay_task` (a ``dlq`` replay hook, registered by ``apps.py`` when ``TASKS``
+names this backend, and by the backend itself), which, in that transaction:
 
-1. deletes the dead letter (so a second failure can be dead-lettered again);
-2. sets its result row back to READY (its earlier errors and attempts are kept);
-3. publishes the task again to the original topic under a new message id
-   ``<result id>:retry-<n>``, with ``result_id`` in the payload: the worker records the new
-   attempts on the same TaskResult, so ``get_result(id)`` follows the retried task.
+1. sets the task's result row back to READY (its earlier errors and attempts are kept);
+2. puts ``result_id`` in the copy's payload: the worker records the new attempts on the
+   same TaskResult, so ``get_result(id)`` follows the retried task.
+
+This module imports neither ``django.tasks`` nor the backport: ``apps.py`` imports it in
+every process where the backend is configured, including those that never use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
-
-from ..conf import get_settings
-from ..exceptions import InvalidMessage
-from ..models import Message
-from ..publisher import PublishedMessage, publish
 from ..task_models import TaskResultRecord
 
 
-def retry_dead_task(dead_letter: Message) -> PublishedMessage:
-    """Re-enqueue the failed task held by ``dead_letter``; see the module docstring."""
-    using = get_settings().DATABASE
-    info: dict[str, Any] = (dead_letter.metadata or {}).get("dead_letter") or {}
-    payload = dict(dead_letter.payload or {})
-    if "task" not in payload or not dead_letter.original_topic:
-        raise InvalidMessage(f"dead letter {dead_letter.id!r} of {dead_letter.topic!r} is not a failed task.")
-    result_id = payload.get("result_id") or info.get("original_id") or dead_letter.id.split(":", 1)[-1]
-    with transaction.atomic(using=using):
-        deleted, _ = Message.objects.using(using).filter(pk=dead_letter.pk).delete()
-        if not deleted:
-            raise InvalidMessage(f"dead letter {dead_letter.id!r} was already retried or deleted.")
-        record = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
-        attempts = len(record.worker_ids) if record is not None else 0
-        if record is not None:
-            record.status = "READY"
-            record.finished_at = None
-            record.save(using=using, update_fields=["status", "finished_at", "updated_at"])
-        return publish(
-            dead_letter.original_topic,
-            {**payload, "result_id": result_id},
-            key=dead_letter.key,
-            id=f"{result_id}:retry-{attempts}",
-            metadata={"task": payload["task"], "retry_of": dead_letter.id},
-            using=using,
-        )
+def is_task_message(payload: Any, metadata: Any) -> bool:
+    """Return True when a message is a task of this backend.
+
+    Recognised by the backend's own marker -- ``enqueue`` publishes the task's path both
+    in the payload and as ``metadata["task"]``, which a dead letter and a replayed copy
+    keep -- not by its topic: ``OPTIONS["TOPIC_PREFIX"]`` makes task topics any name.
+    """
+    if not isinstance(payload, dict) or not isinstance(metadata, Mapping):
+        return False
+    path = metadata.get("task")
+    return isinstance(path, str) and payload.get("task") == path
 
 
-def is_task_payload(topic: str, payload: Any) -> bool:
-    """Whether a message of ``topic`` with ``payload`` is a task of this backend."""
-    return topic.startswith("tasks.") and isinstance(payload, dict) and "task" in payload
+def replay_task(topic: str, payload: Any, metadata: Mapping[str, Any], original_id: str, using: str) -> Any:
+    """The replay hook (``dlq.ReplayHook``): make a replayed task report on its original result.
+
+    Return ``payload`` unchanged for a message that is not a task.
+    """
+    if not is_task_message(payload, metadata):
+        return payload
+    return prepare_replayed_task(payload, original_id, using=using)
 
 
 def prepare_replayed_task(payload: dict[str, Any], original_id: str, *, using: str) -> dict[str, Any]:
-    """Make a replayed dead task report on its original result (the console's generic replay).
+    """Set the task's result row back to READY and return the copy's payload, with ``result_id``.
 
     The replay copy has a new message id; ``result_id`` in the payload makes the worker
-    record the new attempts on the task's original ``TaskResult``, which is set back to
-    READY here, in the caller's transaction (the one that deletes the dead letter).
+    record the new attempts on the task's original ``TaskResult``. The row is locked and
+    updated in the caller's transaction (the one that deletes the dead letter), so a
+    replay that rolls back leaves it FAILED.
     """
     result_id = payload.get("result_id") or original_id
     record = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
@@ -70,3 +61,4 @@ def prepare_replayed_task(payload: dict[str, Any], original_id: str, *, using: s
         record.finished_at = None
         record.save(using=using, update_fields=["status", "finished_at", "updated_at"])
     return {**payload, "result_id": result_id}
+

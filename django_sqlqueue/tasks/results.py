@@ -1,15 +1,9 @@
-"""Task results: written by the worker that runs a task, read by ``get_result()``.
+"""Task results: the rows written by the worker that runs a task (read by ``tasks/lookup.py``).
 
-A task's state lives in two places, and :func:`load_result` reads them in order:
-
-1. its row in ``queue_task_results`` once a worker started it (status RUNNING, READY
-   again while it waits for a retry, SUCCESSFUL or FAILED; attempts, errors with
-   tracebacks and the return value);
-2. before that, its message in the queue's topic (status READY, ``enqueued_at`` =
-   the message's ``created_at``);
-3. a task whose message went to the dead-letter topic without its row saying so (its
-   worker died on every attempt: the visibility timeout expired ``MAX_ATTEMPTS`` times)
-   is FAILED, with the dead letter's error.
+A task's row in ``queue_task_results`` exists once a worker started it: :func:`begin`
+records each attempt, :func:`finish` its outcome, :func:`prune` deletes old finished
+rows. :func:`to_result` turns a row into the ``TaskResult`` that ``get_result()`` and
+the signals hand out.
 
 Rows are written outside the task's own transaction: a row update is one short
 transaction on the queue's database (``SQLQUEUE["DATABASE"]``) that locks only that row.
@@ -19,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -27,18 +21,14 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..conf import get_settings
-from ..models import Message
 from ..task_models import TaskResultRecord
-from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
-
-if TYPE_CHECKING:
-    from .backend import SQLQueueBackend
+from .compat import Task, TaskError, TaskResult, TaskResultStatus, set_field
 
 FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 
 def resolve_task(path: str, queue_name: str | None = None) -> Task:
-    """The ``Task`` object at ``path`` (a module-level ``@task``), with its queue."""
+    """Return the ``Task`` object at ``path`` (a module-level ``@task``), with its queue."""
     obj = import_string(path)
     if not isinstance(obj, Task):
         raise TypeError(f"{path} is a {type(obj).__name__}, not a django.tasks Task")
@@ -52,6 +42,7 @@ def _errors(raw: list[dict[str, str]]) -> list[TaskError]:
 
 
 def to_result(record: TaskResultRecord, task: Task) -> TaskResult:
+    """Return the ``TaskResult`` of a result row."""
     result: TaskResult = TaskResult(
         task=task,
         id=record.id,
@@ -71,79 +62,12 @@ def to_result(record: TaskResultRecord, task: Task) -> TaskResult:
     return result
 
 
-def load_result(backend: SQLQueueBackend, result_id: str) -> TaskResult:
-    using = get_settings().DATABASE
-    topics = backend.topics()
-    record = TaskResultRecord.objects.using(using).filter(id=result_id, backend=backend.alias).first()
-    if record is not None:
-        task = resolve_task(record.task_path, record.queue_name)
-        result = to_result(record, task)
-        if record.status not in FINISHED:
-            dead = _dead_letter(backend, result_id, [record.queue_name])
-            if dead is not None:
-                _mark_dead(result, dead)
-        return result
-    message = (
-        Message.objects.using(using)
-        .filter(topic__in=list(topics.values()), id=result_id)
-        .only("payload", "created_at", "topic")
-        .first()
-    )
-    if message is not None:
-        return _from_message(backend, result_id, message.payload, message.created_at)
-    dead = _dead_letter(backend, result_id, list(topics))
-    if dead is not None:
-        original = dead.payload
-        result = _from_message(backend, result_id, original, dead.created_at)
-        _mark_dead(result, dead)
-        return result
-    raise TaskResultDoesNotExist(result_id)
-
-
-def _from_message(
-    backend: SQLQueueBackend, result_id: str, payload: dict[str, Any], created: dt.datetime
-) -> TaskResult:
-    task = resolve_task(payload["task"], payload.get("queue_name"))
-    return TaskResult(
-        task=task,
-        id=result_id,
-        status=TaskResultStatus.READY,
-        enqueued_at=created,
-        started_at=None,
-        finished_at=None,
-        last_attempted_at=None,
-        args=payload.get("args", []),
-        kwargs=payload.get("kwargs", {}),
-        backend=backend.alias,
-        errors=[],
-        worker_ids=[],
-    )
-
-
-def _dead_letter(backend: SQLQueueBackend, result_id: str, queue_names: list[str]) -> Message | None:
-    suffix = get_settings().DLQ_SUFFIX
-    dlq_topics = [f"{backend.topic_for(q)}{suffix}" for q in queue_names]
-    return (
-        Message.objects.using(get_settings().DATABASE)
-        .filter(topic__in=dlq_topics, id=f"{backend.sqlqueue.group}:{result_id}")
-        .first()
-    )
-
-
-def _mark_dead(result: TaskResult, dead: Message) -> None:
-    set_field(result, "status", TaskResultStatus.FAILED)
-    set_field(result, "finished_at", dead.failed_at)
-    if not result.errors:
-        first = (dead.last_error or "").split(":", 1)[0]
-        result.errors.append(TaskError(exception_class_path=first or "builtins.Exception", traceback=dead.last_error))
-
-
 # -- written by the worker ---------------------------------------------------------------------
 
 
 def begin(
     *,
-    backend: SQLQueueBackend,
+    backend_alias: str,
     result_id: str,
     payload: dict[str, Any],
     topic: str,
@@ -164,7 +88,7 @@ def begin(
         # got as far as writing it (then the INSERT fails and the locked path below runs).
         record = TaskResultRecord(
             id=result_id,
-            backend=backend.alias,
+            backend=backend_alias,
             queue_name=payload.get("queue_name", ""),
             topic=topic,
             key=key,
@@ -188,7 +112,7 @@ def begin(
         found = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
         if found is None:
             return begin(
-                backend=backend,
+                backend_alias=backend_alias,
                 result_id=result_id,
                 payload=payload,
                 topic=topic,

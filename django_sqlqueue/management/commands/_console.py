@@ -15,9 +15,9 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils.dateparse import parse_datetime
 
 from django_sqlqueue.exceptions import SQLQueueError
+from django_sqlqueue.timeparse import parse_time as parse_iso_time
 
 Handler = Callable[["SubcommandCommand", dict[str, Any]], None]
 Subcommand = tuple[str, Callable[[CommandParser], None], Handler]
@@ -47,12 +47,13 @@ def table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
 
 
 def parse_time(value: str | None) -> dt.datetime | None:
+    """Parse an ISO 8601 time option (naive = UTC); raise CommandError when it is not one."""
     if not value:
         return None
-    parsed = parse_datetime(value)
-    if parsed is None:
-        raise CommandError(f"{value!r} is not an ISO 8601 date and time (e.g. 2026-01-31T12:00:00Z).")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    try:
+        return parse_iso_time(value)
+    except ValueError:
+        raise CommandError(f"{value!r} is not an ISO 8601 date and time (e.g. 2026-01-31T12:00:00Z).") from None
 
 
 class SubcommandCommand(BaseCommand):

@@ -16,16 +16,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqlqueue.exceptions import SQLQueueError
+from django_sqlqueue.timeparse import parse_time
 
 logger = logging.getLogger("django_sqlqueue.pipeline")
 
 
 def _time(value: str) -> dt.datetime:
     try:
-        moment = dt.datetime.fromisoformat(value)
+        return parse_time(value)
     except ValueError:
         raise CommandError(f"not an ISO 8601 time: {value!r} (e.g. 2026-11-22T08:00 -- naive times are UTC)") from None
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
 
 
 class Command(BaseCommand):
