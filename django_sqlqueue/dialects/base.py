@@ -136,6 +136,7 @@ class Dialect:
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
         self.qn = connection.ops.quote_name
+        self._plans: dict[tuple[bool, bool, bool], InsertPlan] = {}
 
     def excluded(self, column: str) -> str:
         """The value an upsert tried to insert into ``column``."""
@@ -283,12 +284,20 @@ class Dialect:
 
     def insert_plan(self, rows: Sequence[MessageRow]) -> InsertPlan:
         """Return the statement shape of inserting ``rows`` (see :meth:`insert_messages`)."""
-        ts, now, json_ph = self.datetime_placeholder, self.now_sql, self.json_placeholder
         dead_letters = any(r.failed or r.original_topic or r.created_at for r in rows)
         scheduled = dead_letters or any(r.deliver_at is not None or r.delay_us for r in rows)
-        deliver_sql = f"COALESCE({ts}, {self.now_plus_us_sql})" if scheduled else now
         # Empty metadata (the common case) is a literal, one parameter fewer per row.
         no_metadata = all(r.metadata_json == "{}" for r in rows)
+        key = (no_metadata, scheduled, dead_letters)
+        plan = self._plans.get(key)
+        if plan is None:
+            # Eight shapes at most, immutable: cached on the (per-connection) dialect.
+            plan = self._plans[key] = self._build_plan(no_metadata, scheduled, dead_letters)
+        return plan
+
+    def _build_plan(self, no_metadata: bool, scheduled: bool, dead_letters: bool) -> InsertPlan:
+        ts, now, json_ph = self.datetime_placeholder, self.now_sql, self.json_placeholder
+        deliver_sql = f"COALESCE({ts}, {self.now_plus_us_sql})" if scheduled else now
         metadata_sql = self.empty_json_sql if no_metadata else json_ph
         if dead_letters:
             row_sql = (
