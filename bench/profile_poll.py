@@ -1,6 +1,12 @@
 """Where a worker's poll spends its time: one in-process Worker, each step timed.
 
-Run: ``.venv/bin/python bench/profile_poll.py [--conn-max-age none]``.
+Run: ``.venv/bin/python bench/profile_poll.py [--conn-max-age none] [--count-calls] [--root DIR]``.
+
+``--count-calls`` also counts the Python function calls made inside ``poll()`` (a
+``sys.setprofile`` hook; the times are then inflated, the counts are exact and do not
+depend on the machine's load): the Python work per message, comparable between two
+checkouts. ``--root DIR`` runs another checkout's engine (e.g. ``git archive`` of an older
+commit) with this script.
 
 Drives ``Worker.poll()`` directly (no sleeps, no subprocess) against the bench database and
 times every store call, the sequencer (messages are published without offsets), the handlers
@@ -25,6 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if "--root" in sys.argv:  # another checkout's engine (and its bench.common and settings)
+    ROOT = Path(sys.argv[sys.argv.index("--root") + 1]).resolve()
 sys.path.insert(0, str(ROOT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 from bench.common import partition_keys, setup_django, truncate_queue  # noqa: E402
@@ -34,6 +42,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conn-max-age", default="", help="'none' for persistent connections (default Django's 0)")
     parser.add_argument("--polls", type=int, default=300, help="trickle polls")
+    parser.add_argument("--count-calls", action="store_true", help="count Python calls inside poll()")
+    parser.add_argument("--root", type=Path, help="run the engine of another checkout")
     args = parser.parse_args()
     if args.conn_max_age:
         os.environ["BENCH_CONN_MAX_AGE"] = args.conn_max_age
@@ -47,6 +57,20 @@ def main() -> None:
     from django_sqlqueue.worker import Worker
 
     times: dict[str, list[float]] = defaultdict(list)
+    calls = [0]
+
+    def count(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call":
+            calls[0] += 1
+
+    def poll(worker, sub):  # type: ignore[no-untyped-def]
+        if not args.count_calls:
+            return worker.poll(sub)
+        sys.setprofile(count)
+        try:
+            return worker.poll(sub)
+        finally:
+            sys.setprofile(None)
     connects = [0]
     connection_created.connect(lambda **kw: connects.__setitem__(0, connects[0] + 1), weak=False)
 
@@ -86,6 +110,7 @@ def main() -> None:
             pass
         times.clear()
         connects[0] = 0
+        calls[0] = 0
         polls: list[tuple[float, int]] = []
         if label == "drain":
             for base in range(0, 20000, 1000):
@@ -96,7 +121,7 @@ def main() -> None:
             while True:
                 loop_close()  # as the loop does
                 t = time.perf_counter()
-                handled, _ = worker.poll(sub)
+                handled, _ = poll(worker, sub)
                 if not handled:
                     break
                 polls.append((time.perf_counter() - t, handled))
@@ -105,7 +130,7 @@ def main() -> None:
                 publish_many("bench.drain", [{"payload": {"n": n}, "key": keys[(n + j * 2) % 8]} for j in range(4)])
                 loop_close()
                 t = time.perf_counter()
-                handled, _ = worker.poll(sub)
+                handled, _ = poll(worker, sub)
                 polls.append((time.perf_counter() - t, handled))
         worker.keeper.release_all()
         total = sum(p[0] for p in polls)
@@ -114,6 +139,7 @@ def main() -> None:
             f"\n{label}: {len(polls)} polls, {msgs} messages, {total * 1000 / len(polls):.2f} ms per poll "
             f"(median {statistics.median(p[0] for p in polls) * 1000:.2f}), {msgs / total:,.0f} msgs/s in poll(), "
             f"{connects[0]} new connections ({connects[0] / len(polls):.2f} per poll)"
+            + (f", {calls[0] / msgs:.1f} Python calls per message in poll()" if args.count_calls else "")
         )
         print("| step | calls | ms per call (mean) | ms per poll | share of poll time |")
         print("|---|---:|---:|---:|---:|")

@@ -151,8 +151,11 @@ def replay_group(metadata: Any) -> str | None:
 def is_for_other_group(metadata: Any, group: str) -> bool:
     """Return True when the message is a replay meant for another group than ``group``.
 
-    The worker of ``group`` must then ack it without calling the handler.
+    The worker of ``group`` must then ack it without calling the handler. (Asked of every
+    delivery: a message without the marker returns at the first test.)
     """
+    if not isinstance(metadata, dict) or REPLAY_KEY not in metadata:
+        return False
     target = replay_group(metadata)
     return target is not None and target != group
 
