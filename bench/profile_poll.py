@@ -71,6 +71,7 @@ def main() -> None:
             return worker.poll(sub)
         finally:
             sys.setprofile(None)
+
     connects = [0]
     connection_created.connect(lambda **kw: connects.__setitem__(0, connects[0] + 1), weak=False)
 

@@ -61,4 +61,3 @@ def prepare_replayed_task(payload: dict[str, Any], original_id: str, *, using: s
         record.finished_at = None
         record.save(using=using, update_fields=["status", "finished_at", "updated_at"])
     return {**payload, "result_id": result_id}
-
