@@ -10,6 +10,12 @@ turns that into:
   of failed operations and the duration so far;
 - one WARNING when an operation succeeds again (``database reachable again after N s``).
 
+The outage is tracked per thread: it starts when the first thread fails and ends when
+every thread that failed has succeeded again. When the server refuses connections
+because it has too many (MySQL 1040, PostgreSQL 53300), a worker's poll loop may keep
+its connection while its lease keeper cannot open one; the poll loop's successes must
+not end (and the keeper's next failure restart) the outage every second.
+
 Errors that are not connection failures (a bug, a constraint violation) are still logged
 with their traceback by the caller, through :meth:`OutageReporter.failure`.
 """
@@ -77,6 +83,8 @@ class OutageReporter:
         self._since: float | None = None
         self._failures = 0
         self._last_report = 0.0
+        #: Threads (idents) whose last operation failed because the database was unreachable.
+        self._failing: set[int] = set()
 
     @property
     def in_outage(self) -> bool:
@@ -94,6 +102,7 @@ class OutageReporter:
         now = self._clock()
         with self._lock:
             self._failures += 1
+            self._failing.add(threading.get_ident())
             if self._since is None:
                 self._since = self._last_report = now
                 logger.warning(
@@ -110,13 +119,15 @@ class OutageReporter:
                 )
 
     def reachable(self) -> None:
-        """Record a successful operation; ends the outage, if any, with one line."""
+        """Record a successful operation of this thread; the outage, if any, ends with one
+        line once every thread that failed has succeeded again."""
         if self._since is None:  # the common case: no lock
             return
         now = self._clock()
         with self._lock:
-            if self._since is None:  # another thread ended it meanwhile
-                return  # type: ignore[unreachable]
+            self._failing.discard(threading.get_ident())
+            if self._since is None or self._failing:  # ended meanwhile, or other threads still fail
+                return
             logger.warning(
                 "database reachable again after %.1fs failed_attempts=%d alias=%s",
                 now - self._since,

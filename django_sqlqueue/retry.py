@@ -3,7 +3,11 @@
 A deadlock (MySQL 1213) or lock-wait timeout (1205) rolls the transaction back; every
 store operation is idempotent, so it is run again. A lost connection (2006 "server has
 gone away", 2013 "lost connection during query") closes Django's connection so the
-next attempt reconnects. Anything else propagates.
+next attempt reconnects. A connection the server refuses because it has too many
+(MySQL 1040, a per-account limit 1203/1226, PostgreSQL 53300 -- also a role's or
+database's ``CONNECTION LIMIT``) is treated the same way: the server is there but will
+not take us yet, which for a worker is an outage like any other. Anything else
+propagates.
 
 Pauses after a lost connection wait on ``stop_event`` when one is given, so a worker
 asked to stop during a database outage does not sit out a retry sleep: once it is set,
@@ -27,16 +31,30 @@ T = TypeVar("T")
 
 #: MySQL: deadlock, lock-wait timeout.
 DEADLOCK_CODES = frozenset({1213, 1205})
-#: MySQL: server gone away, lost connection, cannot connect.
-CONNECTION_CODES = frozenset({2006, 2013, 2002, 2003})
+#: MySQL: too many connections (server-wide ``max_connections``), too many for this
+#: account (``max_user_connections``), an account resource limit reached.
+TOO_MANY_CONNECTIONS_CODES = frozenset({1040, 1203, 1226})
+#: MySQL: server gone away, lost connection, cannot connect, and the server refusing
+#: another connection.
+CONNECTION_CODES = frozenset({2006, 2013, 2002, 2003}) | TOO_MANY_CONNECTIONS_CODES
 #: PostgreSQL SQLSTATEs: serialization failure, deadlock, lock timeout (not "57014"
 #: statement timeout, which is deliberate and must not be retried).
 PG_RETRY_STATES = frozenset({"40001", "40P01", "55P03"})
-#: PostgreSQL SQLSTATEs of a dead session: admin/crash/cannot-connect shutdown.
-PG_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: PostgreSQL SQLSTATEs of a dead session: admin/crash/cannot-connect shutdown, and
+#: 53300 too_many_connections (``max_connections``, or a role's or database's
+#: ``CONNECTION LIMIT``).
+PG_LOST_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 #: SQLite has no codes worth reading: a busy database is worth another try.
 TRANSIENT_TEXT = ("database is locked",)
-LOST_TEXT = ("server closed the connection", "the connection is closed")
+#: psycopg raises a refused connection attempt without a SQLSTATE (there is no result to
+#: read it from): the server's messages for 53300 are matched instead.
+LOST_TEXT = (
+    "server closed the connection",
+    "the connection is closed",
+    "too many clients already",
+    "too many connections for",
+    "remaining connection slots are reserved",
+)
 
 
 def is_transient(exc: BaseException) -> tuple[bool, bool]:

@@ -26,10 +26,15 @@ This module holds the worker's lifecycle, its cadence and the poll's planning; a
 handlers and outcomes are ``batch.py``, the side threads ``leasing.py`` (leases) and
 ``scheduler.py`` (recurring schedules), supervised here (``service.py``); garbage
 collection runs between polls (``collector.py``).
+
+At start it registers its topics -- waiting out a database it cannot reach, or that
+refuses another connection, like any outage -- and compares the server's room for more
+connections with its budget (``budget.py``), warning once if they do not fit.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -38,6 +43,7 @@ from functools import partial
 from django.db import connections
 
 from .batch import BatchRunner, Stats
+from .budget import ConnectionBudget, connection_budget, room_warning
 from .collector import GarbageCollector
 from .conf import QueueSettings, get_settings
 from .consumers import ConsumerSpec
@@ -46,7 +52,7 @@ from .exceptions import ConfigurationError, WorkerCrashed
 from .executor import PartitionExecutor
 from .handlers import HandlerRunner
 from .leasing import LeaseKeeper
-from .outage import OutageReporter
+from .outage import OutageReporter, is_unreachable
 from .poller import Poller
 from .retry import Retrying
 from .scheduler import Scheduler
@@ -131,7 +137,11 @@ class Worker:
             ", ".join(s.spec.name for s in self.subscriptions),
             self.concurrency,
         )
-        self.register_topics()
+        if not self._register_topics_when_reachable():
+            logger.info("worker stopped before it started subscriber=%s", self.name)
+            connections.close_all()
+            return
+        self.check_connection_room()
         self.keeper.start(on_death=self._service_died)
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
@@ -186,6 +196,55 @@ class Worker:
         for service in self.services:
             if service.died:
                 self._service_died(service)
+
+    def connections_needed(self) -> ConnectionBudget:
+        """The connections this worker holds on the queue's alias (``budget.py``)."""
+        return connection_budget(
+            concurrency=self.concurrency,
+            scheduler=self.scheduler is not None,
+            async_handlers=any(_is_async(sub.spec.handler) for sub in self.subscriptions),
+        )
+
+    def check_connection_room(self) -> None:
+        """Warn once if the server has less room for connections than this worker needs.
+
+        Runs on the poll loop's connection, before the side threads open theirs. A server
+        that will not say (no privilege, SQLite) is not an error: logged at DEBUG.
+        """
+        budget = self.connections_needed()
+        try:
+            limits = self.store.connection_limits()
+        except Exception:  # a courtesy check: the worker goes on without it
+            logger.debug("could not read the server's connection limits", exc_info=True)
+            close_quietly(self.store.using)
+            return
+        warning = room_warning(limits, needed=budget.total)
+        if warning is not None:
+            logger.warning("%s; connections of this worker: %s subscriber=%s", warning, budget.describe(), self.name)
+        else:
+            logger.debug("connection limits %s leave room for this worker's %s", limits, budget.describe())
+
+    def _register_topics_when_reachable(self) -> bool:
+        """Register the topics, waiting out an unreachable database; False if stopped first.
+
+        A worker started while the server is down, or while it refuses more connections
+        (MySQL 1040, PostgreSQL 53300), reports an outage (a few lines, no traceback) and
+        starts once it gets in, instead of exiting with a traceback for its process
+        manager to restart.
+        """
+        while not self.stop_event.is_set():
+            try:
+                self.register_topics()
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                self.outage.unreachable(exc)
+                close_quietly(self.store.using)
+                self.stop_event.wait(self.conf.POLL_INTERVAL_MAX)
+            else:
+                self.outage.reachable()
+                return True
+        return False
 
     def register_topics(self) -> None:
         """Register the consumed topics with their partition counts; refuse a mismatch.
@@ -262,3 +321,9 @@ class Worker:
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""
         return self.poller.poll(sub)
+
+
+def _is_async(handler: object) -> bool:
+    """Whether ``handler`` is ``async def`` (a function or an object whose ``__call__`` is)."""
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or (call is not None and inspect.iscoroutinefunction(call))

@@ -226,6 +226,11 @@ class Dialect:
         """The largest statement the server accepts, if it has a limit worth checking."""
         return None
 
+    def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
+        """The limits on this account's connections: ``(what, limit, in_use)`` each, e.g.
+        ``("max_connections", 151, 42)``; none where the server has no such limit (SQLite)."""
+        return []
+
     #: Ids per look-up statement of :meth:`existing_messages`.
     lookup_chunk = 500
 

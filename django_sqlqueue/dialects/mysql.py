@@ -69,6 +69,29 @@ class MySQLDialect(Dialect):
         # Leave room for the statement text around the values, and for escaping.
         return max(1024, cached[1] // 2 - 64 * 1024)
 
+    def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
+        """``max_connections`` against ``Threads_connected`` (every client connection), and
+        ``max_user_connections`` (the account's limit, or the global one; 0: none) against
+        this account's connections in the process list.
+
+        Plain reads of variables, a status counter and the process list (without the
+        PROCESS privilege it lists this account's own threads, all that is counted): no
+        lock. An account with SUPER/CONNECTION_ADMIN may open one more than
+        ``max_connections``, which is left out.
+        """
+        cursor.execute(
+            "SELECT @@GLOBAL.max_connections, @@SESSION.max_user_connections, "
+            "(SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            "WHERE USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1))"
+        )
+        server_limit, user_limit, user_in_use = cursor.fetchone()
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+        _, in_use = cursor.fetchone()
+        limits = [("max_connections", int(server_limit), int(in_use))]
+        if int(user_limit) > 0:
+            limits.append(("max_user_connections", int(user_limit), int(user_in_use)))
+        return limits
+
     def is_too_large(self, exc: BaseException) -> bool:
         return bool(exc.args) and exc.args[0] in PACKET_ERRORS
 

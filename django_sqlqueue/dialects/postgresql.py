@@ -24,3 +24,33 @@ class PostgreSQLDialect(Dialect):
             "WHERE m.seq = v.s",
             [[seq for seq, _ in offsets], [offset for _, offset in offsets]],
         )
+
+    def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
+        """``max_connections`` (less the slots reserved for superusers and, on PostgreSQL
+        16+, for ``pg_use_reserved_connections``, unless this role is a superuser) against
+        the client backends open now; and, for a role that is not a superuser, its own
+        ``CONNECTION LIMIT`` and its database's (-1: none), against their connections.
+
+        A read of settings, catalogs and ``pg_stat_activity`` (every role may count its
+        rows): no lock.
+        """
+        cursor.execute(
+            "SELECT r.rolsuper, "
+            "current_setting('max_connections')::int - CASE WHEN r.rolsuper THEN 0 ELSE "
+            "current_setting('superuser_reserved_connections')::int "
+            "+ coalesce(current_setting('reserved_connections', true), '0')::int END, "
+            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'), "
+            "r.rolconnlimit, "
+            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND usename = current_user), "
+            "d.datconnlimit, "
+            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND datname = current_database()) "
+            "FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()"
+        )
+        superuser, limit, in_use, role_limit, role_in_use, db_limit, db_in_use = cursor.fetchone()
+        limits = [("max_connections", int(limit), int(in_use))]
+        if not superuser and role_limit >= 0:
+            limits.append(("the role's CONNECTION LIMIT", int(role_limit), int(role_in_use)))
+        if not superuser and db_limit >= 0:
+            limits.append(("the database's CONNECTION LIMIT", int(db_limit), int(db_in_use)))
+        return limits

@@ -59,6 +59,12 @@ class StoreBase:
         (row,) = self._fetchall(f"SELECT {d.now_sql}")
         return d.to_datetime(row[0])
 
+    def connection_limits(self) -> list[tuple[str, int, int]]:
+        """Return the server's limits on this account's connections: ``(what, limit, in_use)``
+        each (see ``Dialect.connection_limits``); none on SQLite."""
+        with self.connection.cursor() as cursor:
+            return self.dialect.connection_limits(cursor)
+
     def match_offsets(self, keys: Sequence[tuple[int, int]]) -> tuple[str, list[Any]]:
         """``(partition = ? AND message_offset IN (...)) OR ...`` for (partition, offset) pairs.
 
