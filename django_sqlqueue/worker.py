@@ -218,6 +218,9 @@ class Worker:
             logger.debug("could not read the server's connection limits", exc_info=True)
             close_quietly(self.store.using)
             return
+        if not limits:
+            logger.debug("no connection limit to check (%s) alias=%s", self.store.connection.vendor, self.store.using)
+            return
         warning = room_warning(limits, needed=budget.total)
         if warning is not None:
             logger.warning("%s; connections of this worker: %s subscriber=%s", warning, budget.describe(), self.name)

@@ -8,22 +8,26 @@ server directly, so it keeps publishing during the outage.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, OperationalError, connection, connections
 from django.db.utils import ProgrammingError
 
 from django_sqlqueue import publish_many
-from django_sqlqueue.outage import is_unreachable
+from django_sqlqueue.outage import OutageReporter, is_unreachable
+from django_sqlqueue.retry import is_transient
 from tests.consumerapp.models import Handled
 from tests.processes import database_url
 from tests.tcpproxy import TcpProxy
 
-from .engine_helpers import caught_up, not_on_sqlite, wait_until
+from .engine_helpers import caught_up, not_on_sqlite, requires_vendor, wait_until
 
 pytestmark = not_on_sqlite("an outage is a database server going away; SQLite is a file in the process")
 
@@ -144,3 +148,133 @@ def test_sigterm_during_an_outage_exits_within_two_seconds(runconsumer, proxy):
     assert "Traceback" not in log, log
     assert "could not release leases, database unreachable; they expire in 3s group=g1" in log
     assert "worker stopped subscriber=sigterm" in log
+
+
+# -- too many connections ---------------------------------------------------------------------
+
+
+def too_many_connections_error() -> DatabaseError:
+    """The driver's "too many connections" error, raised through Django's error wrapper
+    exactly as a refused connect raises it (same class, args and ``__cause__``).
+
+    MySQL's 1040 comes from the server-wide ``max_connections``, which a test cannot lower
+    on the server the other suites share: the error is built with mysqlclient's args here
+    (the per-account limits, 1226, are refused for real in tests/test_budget.py).
+    PostgreSQL's 53300 with its SQLSTATE, as psycopg raises it on a running session's
+    server; the connect-time form without one is refused for real below and in
+    tests/test_budget.py.
+    """
+    if connection.vendor == "mysql":
+        import MySQLdb
+
+        driver_error: Exception = MySQLdb.OperationalError(1040, "Too many connections")
+    else:
+        import psycopg
+
+        driver_error = psycopg.errors.TooManyConnections("FATAL:  sorry, too many clients already")
+    try:
+        with connection.wrap_database_errors:
+            raise driver_error
+    except DatabaseError as exc:
+        return exc
+    raise AssertionError("not wrapped")  # pragma: no cover
+
+
+@pytest.mark.django_db
+def test_too_many_connections_is_an_outage_retried_like_a_lost_connection():
+    error = too_many_connections_error()
+    assert isinstance(error, OperationalError)
+    assert is_transient(error) == (True, True)
+    assert is_unreachable(error)
+
+
+def test_an_outage_ends_when_every_thread_that_failed_succeeds_again(caplog):
+    """The lease keeper cannot open a connection while the poll loop keeps its own: the poll
+    loop's successes do not end the outage (nor the keeper's next failure start another)."""
+    caplog.set_level(logging.WARNING, logger="django_sqlqueue.outage")
+    clock = [0.0]
+    reporter = OutageReporter(alias="default", report_interval=10, clock=lambda: clock[0])
+    refused = DatabaseError('too many connections for role "x"')
+    # One long-lived thread plays the lease keeper; this thread is the poll loop.
+    with ThreadPoolExecutor(max_workers=1) as keeper, ThreadPoolExecutor(max_workers=1) as other:
+        for second in range(25):
+            clock[0] = float(second)
+            keeper.submit(reporter.unreachable, refused).result()
+            reporter.reachable()  # the poll loop polls fine
+        assert reporter.in_outage
+        other.submit(reporter.reachable).result()  # a thread that never failed changes nothing
+        assert reporter.in_outage
+        clock[0] = 30.0
+        keeper.submit(reporter.reachable).result()
+        assert not reporter.in_outage
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.outage"]
+    assert len(lines) == 4, lines  # the start, two summaries (at 10 s and 20 s), the end
+    assert lines[0].startswith("database unreachable, retrying until it is back alias=default")
+    assert lines[1].startswith("database still unreachable after 10s failed_attempts=11")
+    assert lines[2].startswith("database still unreachable after 20s failed_attempts=21")
+    assert lines[3] == "database reachable again after 30.0s failed_attempts=25 alias=default"
+
+
+@pytest.fixture
+def limited_role(transactional_db) -> Iterator[str]:
+    """A PostgreSQL role that may open one connection and use the test database's tables;
+    yields its name. Not a superuser: connection limits do not bind superusers. Named after
+    this process, since roles are server-wide and the server is shared."""
+    role = f"sqlqueue_limited_{os.getpid()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{role}' CONNECTION LIMIT 1")
+        cursor.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    try:
+        yield role
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE usename = %s", [role])
+            cursor.execute(f"DROP OWNED BY {role}")
+            cursor.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.slow
+@requires_vendor("postgresql")  # MySQL: see too_many_connections_error(); per-account limits in test_budget.py
+def test_a_worker_its_role_limit_refuses_reports_one_outage_and_carries_on_once_the_limit_is_lifted(
+    runconsumer, limited_role
+):
+    before = publish_round("before")
+    url = re.sub(r"//[^@/]+@", f"//{limited_role}:{limited_role}@", database_url())
+    process = runconsumer(
+        "limited",
+        "--group",
+        "g1",
+        "--topic",
+        TOPIC,
+        settings="tests.process_settings_outage",
+        verbosity="1",
+        env={"DATABASE_URL": url},
+    )
+    # Its poll loop got the role's one connection; its lease keeper cannot open another.
+    wait_until(lambda: process.log().count("database still unreachable") >= 3, timeout=20, what="three summaries")
+    assert not Handled.objects.filter(topic=TOPIC, group="g1").exists()  # no lease, nothing handled
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER ROLE {limited_role} CONNECTION LIMIT -1")
+    wait_until(lambda: "database reachable again" in process.log(), timeout=15, what="the recovery line")
+    wait_until(lambda: caught_up("g1", TOPIC), timeout=30, what="everything handled once the limit is lifted")
+    assert process.terminate() == 0
+
+    log = process.log()
+    assert "Traceback" not in log, log
+    assert not re.search(r"\bERROR\b", log), log
+    lines = log.splitlines()
+    room = [line for line in lines if "room for" in line]
+    assert len(room) == 1, log
+    assert (
+        "room for 0 more connection(s) under the role's CONNECTION LIMIT (1, 1 in use) but this worker needs 1 more"
+        in room[0]
+    )
+    starts = [line for line in lines if "database unreachable" in line]
+    recoveries = [line for line in lines if "database reachable again" in line]
+    assert len(starts) == 1 and len(recoveries) == 1, log
+    assert f'too many connections for role "{limited_role}"' in starts[0]
+    handled = Counter(Handled.objects.filter(topic=TOPIC, group="g1").values_list("message_id", flat=True))
+    assert handled == Counter(dict.fromkeys(before, 1))
