@@ -132,6 +132,26 @@ def test_outage_is_reported_in_a_few_lines_and_everything_is_handled_after_recov
 
 
 @pytest.mark.slow
+def test_a_worker_started_during_an_outage_waits_for_the_database_instead_of_exiting(runconsumer, proxy):
+    before = publish_round("before")
+    proxy.cut()
+    process = start_worker(runconsumer, proxy, "late")
+    wait_until(lambda: process.log().count("database still unreachable") >= 2, timeout=20, what="two summaries")
+    assert process.alive(), process.log()
+    proxy.restore()
+    wait_until(lambda: caught_up("g1", TOPIC), timeout=30, what="everything handled once the database is back")
+    assert process.terminate() == 0
+
+    log = process.log()
+    assert "Traceback" not in log, log
+    lines = log.splitlines()
+    assert len([line for line in lines if "database unreachable" in line]) == 1, log
+    assert len([line for line in lines if "database reachable again" in line]) == 1, log
+    handled = Counter(Handled.objects.filter(topic=TOPIC, group="g1").values_list("message_id", flat=True))
+    assert handled == Counter(dict.fromkeys(before, 1))
+
+
+@pytest.mark.slow
 def test_sigterm_during_an_outage_exits_within_two_seconds(runconsumer, proxy):
     publish_round("before")
     process = start_worker(runconsumer, proxy, "sigterm")
