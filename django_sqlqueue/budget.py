@@ -19,7 +19,15 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
 
 Handlers that use other database aliases open one connection per alias on each thread
 that runs handlers (the poll loop, or each handler thread, and the async thread): they
-are the application's, not counted here.
+are the application's, not counted here. So are connections opened on the event
+loop's thread pool by ``sync_to_async(..., thread_sensitive=False)``.
+
+**Why the scheduler keeps a connection of its own.** Sharing the lease keeper's thread
+would save one connection per worker, but a scheduler pass waits on a schedule's row
+lock while another worker fires the same tick, and a catch-up publishes many ticks in
+one transaction: renewals would wait behind both, and a late renewal loses leases. On the
+poll loop, a long batch would hold ticks back. The cheap cut is operational instead:
+``--no-schedules`` on all but a few workers (every tick fires once, whoever fires it).
 
 The same numbers are in README.md ("Running in production", "Connections"); the worker
 warns at start when the server has less room left than its budget (``room_warning``).
