@@ -10,7 +10,28 @@ for each message in offset order per partition, outside any transaction:
   ``last_error``; on its ``max_attempts``-th attempt it is **dead-lettered** instead;
 - ``Reject`` dead-letters at once;
 - a replayed dead letter meant for another group (``dlq.is_for_other_group``) is acked
-  without calling the handler.
+  without calling the handler;
+- a row that could not be decoded (``FetchedMessage.undecodable``: written by another
+  program, not JSON, or metadata not an object) is dead-lettered without calling the
+  handler, with an error naming the column and why; the partition goes on.
+
+**Exceptions that are not ``Exception``.** A handler that raises another
+``BaseException`` (``asyncio.CancelledError``, a library's own ``BaseException``
+subclass) has failed its attempt like any handler: nack (or dead letter on the last
+attempt), with the error kept. ``SystemExit`` and ``KeyboardInterrupt`` are also a failed
+attempt -- counted, so a handler that always exits ends in the DLQ after
+``max_attempts`` instead of restarting workers forever -- but they are how Python code
+asks the *process* to stop (``sys.exit()`` in a library, a Ctrl-C that reached the
+handler's thread), so they are not swallowed: the runner records the exception
+(:attr:`BatchRunner.interrupted`) and sets the worker's stop event. The rest of the
+batch is handed back unprocessed, the outcomes are written, the worker drains as on
+SIGTERM (other batches hand their rest back, leases are released) and ``Worker.run()``
+re-raises the exception, so ``runconsumer`` exits with the status it asked for.
+
+**A failure outside the handlers** (the batch's thread is killed by an asynchronous
+exception, the outcome writes fail): the messages whose handler had not run are handed
+back at once (attempt not counted); the others stay in flight and come back after their
+visibility timeout, counted. Nothing is lost.
 
 The outcomes are written afterwards, each kind in a short transaction of its own fenced
 by the partition's lease (``store/acks.py``): dead letters (each moved atomically), nacks,
@@ -37,7 +58,7 @@ from . import dlq
 from .backoff import retry_delay
 from .conf import QueueSettings
 from .consumers import ReceivedMessage
-from .dbconn import tidy_connections
+from .dbconn import close_all_quietly, tidy_connections
 from .exceptions import Reject, Retry
 from .handlers import HandlerRunner
 from .retry import Retrying
@@ -121,6 +142,9 @@ class BatchRunner:
         self.stop_event = stop_event
         self.db = db
         self._rng = random.Random()
+        #: The ``SystemExit`` or ``KeyboardInterrupt`` a handler raised (the first one):
+        #: the worker stops and re-raises it (see the module docstring).
+        self.interrupted: SystemExit | KeyboardInterrupt | None = None
 
     def run(
         self,
@@ -134,18 +158,51 @@ class BatchRunner:
         the batch was fetched."""
         outcomes = Outcomes()
         handled = 0
-        for message in messages:
-            key = message.partition
-            if self.stop_event.is_set() or key not in sub.held:
-                outcomes.unprocessed.append((key, message.offset))
-                continue
-            self.handle(sub, message, outcomes, invoke)
-            handled += 1
+        started = 0
+        try:
+            for message in messages:
+                key = message.partition
+                started += 1
+                if self.stop_event.is_set() or key not in sub.held:
+                    outcomes.unprocessed.append((key, message.offset))
+                    continue
+                self.handle(sub, message, outcomes, invoke)
+                handled += 1
+        except BaseException as exc:
+            # Not a handler's exception (handle() keeps those): the thread is being
+            # killed, or the engine failed. Hand back what did not run, then let it go on.
+            self._hand_back(sub, messages[started:], exc)
+            raise
         self.complete(sub, outcomes, watermarks)
         return handled
 
+    def _hand_back(self, sub: Subscription, messages: list[FetchedMessage], exc: BaseException) -> None:
+        """Hand back messages whose handler did not run after the batch failed outside its
+        handlers (attempt not counted); the one in hand stays in flight (counted)."""
+        logger.error(
+            "batch failed outside its handlers group=%s topic=%s error=%s: %d message(s) not run handed back, "
+            "the one in hand is redelivered after its visibility timeout",
+            sub.group,
+            sub.topic,
+            f"{type(exc).__name__}: {exc}",
+            len(messages),
+        )
+        if not messages:
+            return
+        # The failure may have left the connection mid-statement.
+        close_all_quietly()
+        keys = [(m.partition, m.offset) for m in messages]
+        try:
+            self.store.release_deliveries(sub.group, sub.topic, sub.name, keys)
+        except Exception:
+            logger.exception("could not hand the batch back group=%s topic=%s", sub.group, sub.topic)
+
     def handle(self, sub: Subscription, m: FetchedMessage, outcomes: Outcomes, invoke: HandlerRunner) -> None:
         """Call the handler on one message and add its outcome to ``outcomes``."""
+        if m.undecodable is not None:
+            # Written by another program: no handler can take it, and retrying will not help.
+            outcomes.dead.append((m, attempt_number(m), m.undecodable))
+            return
         if dlq.is_for_other_group(m.metadata, sub.group):
             # A dead letter replayed for another group (ops replay): ack, do not handle.
             outcomes.acks[m.partition].append(m.offset)
@@ -172,23 +229,49 @@ class BatchRunner:
         except Reject as exc:
             outcomes.dead.append((m, attempt, describe_error(exc)))
         except Exception as exc:  # noqa: BLE001 - any handler error is a nack
-            context = (sub.group, sub.topic, m.partition, m.key, m.offset, m.id, attempt, sub.options.max_attempts)
-            if attempt >= sub.options.max_attempts:
-                _log_handler_failure(exc, "giving up (dead letter)", context)
-                outcomes.dead.append((m, attempt, describe_error(exc)))
-            else:
-                if isinstance(exc, Retry) and exc.delay is not None:
-                    delay = exc.delay
-                else:
-                    delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
-                _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
-                outcomes.nacks.append((m.partition, m.offset, delay))
-                outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
+            self._failed(sub, m, attempt, exc, outcomes)
+        except BaseException as exc:  # noqa: BLE001 - a failed attempt too; see the module docstring
+            self._failed(sub, m, attempt, exc, outcomes)
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                self._interrupt(sub, m, exc)
         else:
             outcomes.acks[m.partition].append(m.offset)
             return
         # A handler that failed may have broken the connection: not the next query's problem.
         tidy_connections()
+
+    def _failed(
+        self, sub: Subscription, m: FetchedMessage, attempt: int, exc: BaseException, outcomes: Outcomes
+    ) -> None:
+        """A failed attempt: nack with a backoff delay (or the ``Retry``'s), or dead-letter the last one."""
+        context = (sub.group, sub.topic, m.partition, m.key, m.offset, m.id, attempt, sub.options.max_attempts)
+        if attempt >= sub.options.max_attempts:
+            _log_handler_failure(exc, "giving up (dead letter)", context)
+            outcomes.dead.append((m, attempt, describe_error(exc)))
+            return
+        if isinstance(exc, Retry) and exc.delay is not None:
+            delay = exc.delay
+        else:
+            delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
+        _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
+        outcomes.nacks.append((m.partition, m.offset, delay))
+        outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
+
+    def _interrupt(self, sub: Subscription, m: FetchedMessage, exc: SystemExit | KeyboardInterrupt) -> None:
+        """A handler asked the process to stop: stop the worker, which re-raises ``exc`` once drained."""
+        logger.error(
+            "handler raised %s, the worker stops (attempt recorded as failed, the rest handed back) "
+            "group=%s topic=%s partition=%d offset=%d id=%s",
+            f"{type(exc).__name__}({', '.join(map(repr, exc.args))})",
+            sub.group,
+            sub.topic,
+            m.partition,
+            m.offset,
+            m.id,
+        )
+        if self.interrupted is None:
+            self.interrupted = exc
+        self.stop_event.set()
 
     def complete(self, sub: Subscription, outcomes: Outcomes, watermarks: Mapping[int, int]) -> None:
         """Write a batch's outcomes: dead letters, nacks, acks (and the watermark), hand-backs."""

@@ -10,7 +10,8 @@ is copied to the dead-letter topic ``<t><DLQ_SUFFIX>`` (:func:`dlq_topic`) under
 message do not collide, and a group's dead letters are a prefix range of the
 ``(topic, id)`` index. The copy's metadata keeps the original's and adds
 ``metadata["dead_letter"]`` (:func:`dead_letter_metadata`): the group and the original
-position.
+position. A row that could not be decoded (not JSON, or metadata not an object) is
+dead-lettered with the stored text of the failed column under :data:`UNDECODABLE_KEY`.
 
 **Replay.** A dead letter belongs to the one group whose handler failed it; the other
 groups of the topic handled the original fine. A replay (``ops`` replay) therefore
@@ -41,6 +42,10 @@ DEAD_LETTER_KEY = "dead_letter"
 REPLAY_KEY = "sqlqueue_replay"
 #: Characters of the last error kept in a replay marker.
 REPLAY_ERROR_LENGTH = 500
+#: The key under which a dead letter keeps the stored text of a payload or metadata
+#: column that could not be decoded (``{"sqlqueue_undecodable": "<text as stored>"}``):
+#: a row written by another program, dead-lettered without calling the handler.
+UNDECODABLE_KEY = "sqlqueue_undecodable"
 
 
 # -- names ------------------------------------------------------------------------------

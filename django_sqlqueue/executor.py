@@ -23,6 +23,14 @@ polls, records the deliveries and hands each partition's batch to a
   one per thread.
 - **Drain.** :meth:`PartitionExecutor.shutdown` waits for the batches in hand; a batch
   sees the worker's stop event and hands its remaining messages back unprocessed.
+- **A batch that fails outside its handlers** (an asynchronous ``SystemExit`` raised into
+  the thread while it writes outcomes, say) is logged; the batch hands back the messages
+  it had not run (``batch.py``) and the thread takes the next batch.
+- **A handler thread that dies** (an exception raised into it between batches) is
+  reported through ``on_death``: the worker stops, hands back what it can, releases its
+  leases and exits non-zero for a restart, as when a side thread dies (``service.py``).
+  A batch the dead thread had taken but not started stays in flight and is redelivered
+  after its visibility timeout: late, never lost.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .dbconn import close_all_quietly
 from .handlers import HandlerRunner
@@ -39,6 +48,14 @@ logger = logging.getLogger(__name__)
 
 #: What a handler thread runs: a batch callable taking the thread's handler runner.
 BatchJob = Callable[[HandlerRunner], object]
+
+
+@dataclass(frozen=True)
+class DeadThread:
+    """A handler thread that died, as the worker reports it (like a dead side thread)."""
+
+    title: str
+    error: BaseException
 
 
 class PartitionsInFlight:
@@ -75,10 +92,20 @@ class PartitionsInFlight:
 class PartitionExecutor:
     """``concurrency`` handler threads that run per-partition batches; see the module docstring."""
 
-    def __init__(self, concurrency: int, *, name: str = "sqlqueue-handler") -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        *,
+        name: str = "sqlqueue-handler",
+        on_death: Callable[[DeadThread], None] | None = None,
+    ) -> None:
+        """``on_death(dead)`` is called on a handler thread that dies (see the module docstring)."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
+        self._on_death = on_death
+        #: Handler threads that died (normally none).
+        self.dead: list[DeadThread] = []
         self._jobs: queue.SimpleQueue[tuple[PartitionsInFlight, int, BatchJob] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._running = 0
@@ -114,21 +141,36 @@ class PartitionExecutor:
     def _thread_main(self) -> None:
         runner = HandlerRunner()
         try:
-            while True:
-                item = self._jobs.get()
-                if item is None:
-                    return
-                in_flight, partition, job = item
-                try:
-                    job(runner)
-                except BaseException:
-                    logger.exception("batch of partition %s failed outside its handlers", partition)
-                    close_all_quietly()
-                finally:
-                    in_flight.discard(partition)
-                    with self._lock:
-                        self._running -= 1
-                    self.finished.set()
+            self._serve(runner)
+        except BaseException as exc:  # reported to the worker, which stops
+            dead = DeadThread(f"handler {threading.current_thread().name}", exc)
+            self.dead.append(dead)
+            logger.error(
+                "%s thread died: %s: %s",
+                dead.title,
+                type(exc).__name__,
+                exc,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+            if self._on_death is not None:
+                self._on_death(dead)
         finally:
             runner.close()
             close_all_quietly()
+
+    def _serve(self, runner: HandlerRunner) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            in_flight, partition, job = item
+            try:
+                job(runner)
+            except BaseException:  # the batch handed back what it could (batch.py)
+                logger.exception("batch of partition %s failed outside its handlers", partition)
+                close_all_quietly()
+            finally:
+                in_flight.discard(partition)
+                with self._lock:
+                    self._running -= 1
+                self.finished.set()

@@ -180,6 +180,8 @@ class Poller:
 
         Fresh messages whose ``deliver_at`` lies ahead are parked, not delivered; messages
         delivered ``max_attempts`` times already go to the DLQ without another attempt.
+        A row that could not be decoded is delivered like any other: its batch
+        dead-letters it in offset order, without calling the handler (``batch.py``).
         """
         by_key: dict[int, list[FetchedMessage]] = defaultdict(list)
         for m in fetched:
@@ -199,7 +201,8 @@ class Poller:
                     full = True
                     break
                 if attempt_number(m) > max_attempts:
-                    self.batches.dead_letter(sub, m, attempt_number(m) - 1, expired_error(m, sub))
+                    error = m.undecodable or expired_error(m, sub)
+                    self.batches.dead_letter(sub, m, attempt_number(m) - 1, error)
                     continue
                 batch.append(m)
             if len(batch) >= limit:

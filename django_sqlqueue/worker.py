@@ -49,7 +49,7 @@ from .conf import QueueSettings, get_settings
 from .consumers import ConsumerSpec
 from .dbconn import close_quietly, tidy_connections
 from .exceptions import ConfigurationError, WorkerCrashed
-from .executor import PartitionExecutor
+from .executor import DeadThread, PartitionExecutor
 from .handlers import HandlerRunner
 from .leasing import LeaseKeeper
 from .outage import OutageReporter, is_unreachable
@@ -109,8 +109,8 @@ class Worker:
             self.store, self.sequencer, self.conf, db=self.db, batches=self.batches, invoke=self.invoke
         )
         self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
-        #: The side thread whose death stopped the worker (None: none died).
-        self.crashed: ServiceThread | None = None
+        #: The side thread or handler thread whose death stopped the worker (None: none died).
+        self.crashed: ServiceThread | DeadThread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -129,7 +129,8 @@ class Worker:
         """Poll until stopped; then hand back unprocessed messages, leases and heartbeats.
 
         Raises :class:`~django_sqlqueue.exceptions.WorkerCrashed` (after the hand-back) when
-        a side thread died.
+        a side thread or a handler thread died, and re-raises the ``SystemExit`` or
+        ``KeyboardInterrupt`` a handler raised (``batch.py``), after the same hand-back.
         """
         logger.info(
             "worker starting subscriber=%s consumers=%s concurrency=%d",
@@ -146,7 +147,7 @@ class Worker:
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
         if self.concurrency > 1:
-            self.executor = self.poller.executor = PartitionExecutor(self.concurrency)
+            self.executor = self.poller.executor = PartitionExecutor(self.concurrency, on_death=self._service_died)
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
         try:
@@ -170,6 +171,14 @@ class Worker:
                 self.stats.nacked,
                 self.stats.dead_lettered,
             )
+        interrupted = self.batches.interrupted
+        if interrupted is not None:
+            logger.error(
+                "worker exiting subscriber=%s: a handler raised %s; leases released, in-flight messages handed back",
+                self.name,
+                type(interrupted).__name__,
+            )
+            raise interrupted
         if self.crashed is not None:
             error = self.crashed.error
             logger.error(
@@ -185,8 +194,9 @@ class Worker:
                 "the worker stopped so that it can be restarted."
             )
 
-    def _service_died(self, service: ServiceThread) -> None:
-        """Called on a side thread that ends unasked: stop the worker (it exits non-zero)."""
+    def _service_died(self, service: ServiceThread | DeadThread) -> None:
+        """Called on a side thread that ends unasked, or a handler thread that dies: stop
+        the worker (it exits non-zero)."""
         if self.crashed is None:
             self.crashed = service
         self.stop()

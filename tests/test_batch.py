@@ -7,13 +7,15 @@ real database.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
 
 import pytest
 
 from django_sqlqueue import Reject, Retry
 from django_sqlqueue.batch import BatchRunner, Stats, attempt_number, describe_error
-from django_sqlqueue.dlq import REPLAY_KEY
+from django_sqlqueue.dlq import REPLAY_KEY, UNDECODABLE_KEY
 from django_sqlqueue.handlers import HandlerRunner
 from django_sqlqueue.retry import Retrying
 from django_sqlqueue.subscription import Subscription
@@ -32,6 +34,7 @@ from tests.engine_helpers import (
     store,
     watermark,
 )
+from tests.poison import store_raw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -153,3 +156,119 @@ def test_describe_error_names_the_class_and_keeps_the_traceback_tail():
         text = describe_error(exc)
     assert text.startswith("builtins.KeyError: 'missing'\n")
     assert "Traceback" in text and "test_describe_error" in text
+
+
+# -- rows that cannot be decoded ---------------------------------------------------------
+
+
+def test_a_row_that_cannot_be_decoded_is_dead_lettered_without_a_handler_call_and_the_rest_go_on():
+    seen = []
+    runner, sub, fetched, stats = setup(lambda m: seen.append(m.offset), 3)
+    # A row another program wrote: metadata that is not an object (possible on every database).
+    fetched = [fetched[0], *refetch_with_raw_metadata(fetched[1], "[1, 2]"), fetched[2]]
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    assert seen == [1, 3]
+    (dead,) = dead_letters(f"{TOPIC}_dlq")
+    assert dead.id == f"g:{fetched[1].id}" and dead.failure_count == 1
+    assert dead.last_error.startswith("undecodable row: metadata is not a JSON object (a JSON array)")
+    assert dead.metadata[UNDECODABLE_KEY].replace(" ", "") == "[1,2]"
+    assert dead.metadata["dead_letter"]["original_offset"] == 2
+    assert dead.payload == {"p": 0, "i": 2}  # the column that decoded is kept as it was
+    # The dead letter is acked with the batch: the watermark passes all three at once.
+    assert watermark("g", TOPIC) == 3 and delivery_rows("g", TOPIC) == []
+    assert (stats.delivered, stats.acked, stats.dead_lettered) == (2, 2, 1)
+
+
+def refetch_with_raw_metadata(message, text):
+    store_raw(TOPIC, message.id, "metadata", text)
+    return [m for m in fetch_fresh("g", TOPIC, 0) if m.offset == message.offset]
+
+
+def test_a_decoded_value_that_cannot_be_stored_again_is_dead_lettered_as_text():
+    # NaN decodes in Python but is not JSON publish() writes: the dead letter must not fail on it.
+    runner, sub, fetched, _ = setup(lambda m: 1 / 0, 1, max_attempts=1)
+    fetched[0].payload = {"x": float("nan")}
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    (dead,) = dead_letters(f"{TOPIC}_dlq")
+    assert dead.payload == {UNDECODABLE_KEY: '{"x": NaN}'}
+    assert row("g", TOPIC, 0, 1).acked
+
+
+# -- exceptions that are not Exception ------------------------------------------------------
+
+
+class LibraryAbort(BaseException):
+    """A library's own BaseException subclass (as some test and async frameworks have)."""
+
+
+@pytest.mark.parametrize("exc", [LibraryAbort("abort"), asyncio.CancelledError()], ids=["custom", "cancelled"])
+def test_a_handler_raising_another_base_exception_fails_its_attempt_and_the_batch_goes_on(exc):
+    seen = []
+
+    def handler(m):
+        seen.append(m.offset)
+        if m.offset == 1:
+            raise exc
+
+    runner, sub, fetched, stats = setup(handler, 3)
+    assert runner.run(sub, fetched, {0: 0}, HandlerRunner()) == 3
+    assert seen == [1, 2, 3] and runner.interrupted is None and not runner.stop_event.is_set()
+    failed = row("g", TOPIC, 0, 1)
+    assert failed.status == RETRY and not failed.acked
+    assert failed.last_error.startswith(f"{type(exc).__module__}.{type(exc).__qualname__}")
+    assert (stats.acked, stats.nacked) == (2, 1)
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()], ids=["SystemExit", "KeyboardInterrupt"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_system_exit_or_keyboard_interrupt_nacks_hands_the_rest_back_and_stops_the_worker(exc, is_async, caplog):
+    seen = []
+
+    def sync_handler(m):
+        seen.append(m.offset)
+        if m.offset == 2:
+            raise exc
+
+    async def async_handler(m):
+        sync_handler(m)
+
+    runner, sub, fetched, stats = setup(async_handler if is_async else sync_handler, 3)
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())  # does not raise: the worker re-raises once drained
+    assert seen == [1, 2]
+    assert runner.interrupted is exc and runner.stop_event.is_set()
+    assert watermark("g", TOPIC) == 1  # the ack before it is written
+    failed = row("g", TOPIC, 0, 2)
+    assert failed.status == RETRY and not failed.acked and failed.retry_count == 0  # attempt 1 failed
+    assert failed.last_error.startswith(f"builtins.{type(exc).__name__}")
+    rest = row("g", TOPIC, 0, 3)
+    assert (rest.status, rest.retry_count, rest.acked) == (SCHEDULED, 0, False)  # handed back, not counted
+    assert (stats.acked, stats.nacked) == (1, 1)
+    assert f"handler raised {type(exc).__name__}(" in caplog.text and "the worker stops" in caplog.text
+
+
+def test_system_exit_on_the_last_attempt_dead_letters():
+    runner, sub, fetched, stats = setup(lambda m: sys.exit("bye"), 1, max_attempts=1)
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    (dead,) = dead_letters(f"{TOPIC}_dlq")
+    assert dead.last_error.startswith("builtins.SystemExit: bye")
+    assert isinstance(runner.interrupted, SystemExit) and stats.dead_lettered == 1
+
+
+def test_a_batch_killed_outside_its_handlers_hands_back_what_did_not_run(monkeypatch):
+    seen = []
+    runner, sub, fetched, _ = setup(lambda m: seen.append(m.offset), 3)
+    original = runner.handle
+
+    def handle(sub, m, outcomes, invoke):
+        original(sub, m, outcomes, invoke)
+        if m.offset == 1:
+            raise SystemExit  # as an asynchronous exception raised into the thread would
+
+    monkeypatch.setattr(runner, "handle", handle)
+    with pytest.raises(SystemExit):
+        runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    assert seen == [1]
+    assert row("g", TOPIC, 0, 1).status == IN_FLIGHT  # its outcome was not written: back after the timeout
+    for offset in (2, 3):
+        r = row("g", TOPIC, 0, offset)
+        assert (r.status, r.retry_count) == (SCHEDULED, 0)  # due now, attempt not counted

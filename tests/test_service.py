@@ -135,3 +135,45 @@ def test_runconsumer_whose_lease_keeper_thread_dies_exits_non_zero_and_another_t
     assert Handled.objects.filter(group="g1", message_id=poison.id, worker="a").exists()
     assert b.alive()
     assert b.terminate() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_runconsumer_whose_handler_raises_system_exit_loses_nothing(runconsumer):
+    """A handler of a real ``runconsumer`` raises ``SystemExit(3)`` (a library calling
+    ``sys.exit(3)``): its attempt is recorded as failed, the process hands back the rest,
+    releases its leases and exits 3 as asked; the other worker handles the message again
+    (attempt 2) and everything else, at once rather than after a visibility timeout."""
+    a = runconsumer("a", "--group", "g1", "--topic", PROC_TOPIC, "--concurrency", "2")
+    a.expected_status = 3
+    wait_until(lambda: PartitionLease.objects.filter(consumer_group="g1", leased_by="a").count() == 8, 15, "a leases")
+    b = runconsumer("b", "--group", "g1", "--topic", PROC_TOPIC)
+    wait_until(
+        lambda: PartitionLease.objects.filter(consumer_group="g1", leased_by="b").count() == 4, 15, "4 partitions each"
+    )
+    a_part = PartitionLease.objects.filter(consumer_group="g1", leased_by="a").values_list("partition", flat=True)[0]
+    key = key_for_partition(a_part)
+    exiting = publish(PROC_TOPIC, {"exit_first": 3}, key=key)
+    wait_until(lambda: not a.alive(), 20, "a exits")
+    assert a.proc.returncode == 3, a.log()[-3000:]
+    log = a.log()
+    assert "handler raised SystemExit(3), the worker stops" in log, log[-3000:]
+    assert "worker exiting subscriber=a: a handler raised SystemExit" in log, log[-3000:]
+    assert "released all leases group=g1" in log, log[-3000:]
+    exited = time.monotonic()
+    wait_until(
+        lambda: Handled.objects.filter(group="g1", message_id=exiting.id, attempt=2, worker="b").exists(),
+        15,
+        "b handles it again",
+    )
+    assert time.monotonic() - exited < 8, "handed over with the leases, not left to the visibility timeout"
+    attempts = list(Handled.objects.filter(group="g1", message_id=exiting.id).values_list("worker", "attempt"))
+    assert attempts == [("a", 1), ("b", 2)]
+    after = [publish(PROC_TOPIC, {"n": i}, key=key_for_partition(i % 8)) for i in range(16)]
+    wait_until(
+        lambda: Handled.objects.filter(group="g1", message_id__in=[m.id for m in after]).count() == 16,
+        20,
+        "b handles what comes next",
+    )
+    assert b.alive()
+    assert b.terminate() == 0

@@ -8,13 +8,16 @@ any more. So an operator's rewind is never undone by a late ack from the former 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from django.db import transaction
 
-from ..dlq import dead_letter_id, dead_letter_metadata
+from ..dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
+from ..exceptions import InvalidMessage
 from ..publisher import write_dead_letter
-from ..validation import MAX_ERROR_LENGTH
+from ..validation import MAX_ERROR_LENGTH, encode_json
 from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
 
@@ -243,12 +246,19 @@ class AckStore(StoreBase):
         ``<group>:<original id>``, so two groups' dead letters of one message do not
         collide; its metadata names the group and the original position. Returns False
         (nothing written) if ``name`` no longer holds the partition.
+
+        A row that could not be decoded arrives with the failed column already wrapped
+        (``store/delivery.py``); a decoded value that cannot be stored again (NaN, a lone
+        surrogate: JSON some databases accept and ``publish()`` refuses) is wrapped here
+        the same way, so that a dead letter never fails on its own content.
         """
+        payload = _storable(message.payload)
+        original_metadata = _storable(message.metadata)
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             if not self.lock_held(cursor, group, topic, name, [message.partition]):
                 return False
             metadata = dead_letter_metadata(
-                message.metadata,
+                original_metadata,
                 group=group,
                 partition=message.partition,
                 offset=message.offset,
@@ -258,7 +268,7 @@ class AckStore(StoreBase):
                 dlq_topic,
                 key=message.key,
                 id=dead_letter_id(group, message.id),
-                payload=message.payload,
+                payload=payload,
                 metadata=metadata,
                 created_at=message.created_at,
                 failure_count=attempts,
@@ -272,3 +282,12 @@ class AckStore(StoreBase):
                 [group, topic, message.partition, message.offset],
             )
         return True
+
+
+def _storable(value: Any) -> Any:
+    """Return ``value`` if it can be stored as JSON again, else ``{UNDECODABLE_KEY: its JSON text}``."""
+    try:
+        encode_json(value, "dead letter").encode("utf-8")
+    except (InvalidMessage, UnicodeEncodeError):
+        return {UNDECODABLE_KEY: json.dumps(value, ensure_ascii=True, default=str)}
+    return value

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
+from ..dialects import Dialect
+from ..dlq import UNDECODABLE_KEY
 from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
 
 #: Partitions per fetch statement (two UNION ALL branches each).
@@ -59,6 +62,67 @@ class FetchedMessage:
     #: None for a message never delivered to this group (no delivery-state row).
     retry_count: int | None
     status: int | None
+    #: Why the row could not be decoded (None: it could). Such a row is dead-lettered
+    #: without calling the handler; the column that failed holds
+    #: ``{UNDECODABLE_KEY: <the column's text as stored>}`` (see :func:`decode_columns`).
+    undecodable: str | None = None
+
+
+def _column_text(value: Any) -> str:
+    """The stored text of a JSON column, for a dead letter (bytes decoded leniently)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def decode_columns(d: Dialect, payload: Any, metadata: Any) -> tuple[Any, dict[str, Any], str | None]:
+    """Decode one row's payload and metadata; return (payload, metadata, error or None).
+
+    ``publish()`` only ever stores JSON it encoded itself, with an object as metadata, but
+    another program (or a hand-written UPDATE) can store what Python cannot read: text
+    that is not JSON where the database does not check it (a MariaDB or SQLite table
+    whose CHECK was bypassed), an integer of more than ``sys.get_int_max_str_digits()``
+    digits (valid JSON everywhere, refused by Python), JSON nested deeper than Python
+    recurses, or metadata that is not an object. Such a row must not fail the whole
+    fetch -- that would stall every partition of the poll forever -- so each column
+    is decoded on its own: a column that fails is replaced by ``{UNDECODABLE_KEY: text}``
+    (the stored text, kept for the dead letter) and the error names the column and why.
+    """
+    errors: list[str] = []
+    try:
+        payload_value = d.load_json(payload)
+    except (ValueError, RecursionError, TypeError) as exc:
+        errors.append(f"payload could not be decoded as JSON ({type(exc).__name__}: {_first_line(exc)})")
+        payload_value = {UNDECODABLE_KEY: _column_text(payload)}
+    try:
+        metadata_value = d.load_json(metadata)
+    except (ValueError, RecursionError, TypeError) as exc:
+        errors.append(f"metadata could not be decoded as JSON ({type(exc).__name__}: {_first_line(exc)})")
+        metadata_value = {UNDECODABLE_KEY: _column_text(metadata)}
+    else:
+        if not isinstance(metadata_value, dict):
+            errors.append(f"metadata is not a JSON object (a JSON {_json_kind(metadata_value)})")
+            metadata_value = {UNDECODABLE_KEY: _column_text(metadata)}
+    if not errors:
+        return payload_value, metadata_value, None
+    return payload_value, metadata_value, "undecodable row: " + "; ".join(errors)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).split("\n", 1)[0]
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else type(value).__name__
 
 
 class DeliveryStore(StoreBase):
@@ -130,6 +194,9 @@ class DeliveryStore(StoreBase):
 
         However many acked or in-flight rows lie between the watermark and them, neither
         branch reads them. Unsequenced messages (NULL offset) never match ``offset > n``.
+
+        Each row is decoded on its own (:func:`decode_columns`): a row that cannot be
+        decoded comes back with ``undecodable`` set instead of failing the fetch.
         """
         d, P, OFF = self.dialect, self.P, self.OFF
         cols = f"m.{P}, m.{OFF}, m.{d.qn('key')}, m.id, m.payload, m.metadata, m.created_at, m.deliver_at"
@@ -162,19 +229,21 @@ class DeliveryStore(StoreBase):
             if not branches:
                 continue
             for r in self._fetchall(" UNION ALL ".join(branches), params):
+                payload, metadata, undecodable = decode_columns(d, r[4], r[5])
                 result.append(
                     FetchedMessage(
                         partition=int(r[0]),
                         offset=int(r[1]),
                         key=r[2],
                         id=r[3],
-                        payload=d.load_json(r[4]),
-                        metadata=d.load_json(r[5]),
+                        payload=payload,
+                        metadata=metadata,
                         created_at=d.to_datetime(r[6]),
                         deliver_at=d.to_datetime(r[7]),
                         # -1 marks the fresh branch (a typed NULL is not portable in UNION).
                         retry_count=None if r[8] == -1 else int(r[8]),
                         status=None if r[9] == -1 else int(r[9]),
+                        undecodable=undecodable,
                     )
                 )
         return result

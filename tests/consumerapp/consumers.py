@@ -4,7 +4,9 @@ Each call is recorded in ``Handled`` first; the payload then scripts the outcome
 ``{"sleep": s}``, ``{"sleep_first": s}`` (attempt 1 only), ``{"sleep_in": {group: s}}``, ``{"fail": [groups]}``,
 ``{"retry": [groups], "delay": s}``, ``{"reject": [groups]}``, ``{"fail_first": [groups]}`` (attempt 1 only),
 ``{"kill_thread": name}`` (fault injection: the worker's thread of that name dies, as if
-its code had crashed: ``SystemExit`` is raised in it asynchronously).
+its code had crashed: ``SystemExit`` is raised in it asynchronously),
+``{"exit_first": code}`` (attempt 1 only: the handler raises ``SystemExit(code)``, as a
+library calling ``sys.exit()`` would).
 
 ``proc.async`` is consumed by ``async def`` handlers (group ``async``) recording through
 the async ORM, with the same script.
@@ -70,6 +72,8 @@ def behave(message: ReceivedMessage) -> None:
     script = message.payload if isinstance(message.payload, dict) else {}
     if script.get("kill_thread"):
         kill_thread(script["kill_thread"])
+    if "exit_first" in script and message.attempt == 1:
+        raise SystemExit(script["exit_first"])
     if script.get("sleep_first") and message.attempt == 1:
         time.sleep(script["sleep_first"])
     if script.get("sleep"):

@@ -6,11 +6,15 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from django_sqlqueue import publish, publish_many
+from django_sqlqueue.dialects import get_dialect
+from django_sqlqueue.dlq import UNDECODABLE_KEY
 from django_sqlqueue.models import DeliveryState, Message
 from django_sqlqueue.store import FetchPlan
+from django_sqlqueue.store.delivery import decode_columns
 
 from ..engine_helpers import (
     IN_FLIGHT,
@@ -30,6 +34,7 @@ from ..engine_helpers import (
     store,
 )
 from ..factories import ConsumerOffsetFactory
+from ..poison import HUGE_INTEGER, store_invalid, store_raw
 from .helpers import A, B, C, D, E, F, G, T, deliver, fill, leased
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -287,3 +292,46 @@ def test_release_deliveries_restores_retry_count_and_makes_them_due():
     s.mark_delivered(G, T, "w1", [], list(again.values()), [], 60)
     assert row(G, T, A, 1).retry_count == 0 and row(G, T, A, 2).retry_count == 1
     s.release_deliveries(G, T, "w1", [])  # nothing to do
+
+
+# -- rows that cannot be decoded ----------------------------------------------------------
+
+
+def _poisoned(column: str, text: str, *, invalid: bool) -> list:
+    """Three messages of partition A, the second with ``text`` stored raw in ``column``; fetch them."""
+    published = fill(A, 3)
+    (store_invalid if invalid else store_raw)(T, published[1].id, column, text)
+    return fetch_fresh(G, T, A)
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "invalid", "error"),
+    [
+        ("payload", "{not json", True, "payload could not be decoded as JSON (JSONDecodeError: Expecting"),
+        ("metadata", "]", True, "metadata could not be decoded as JSON (JSONDecodeError: Expecting"),
+        ("payload", HUGE_INTEGER, False, "payload could not be decoded as JSON (ValueError: Exceeds the limit"),
+        ("metadata", "[1, 2]", False, "metadata is not a JSON object (a JSON array)"),
+        ("metadata", "null", False, "metadata is not a JSON object (a JSON null)"),
+    ],
+)
+def test_fetch_decodes_each_row_on_its_own(column, text, invalid, error):
+    """A row that cannot be decoded does not fail the fetch: it comes back marked, with the
+    column's stored text kept for its dead letter; the other rows are decoded as usual."""
+    first, poison, third = _poisoned(column, text, invalid=invalid)
+    assert first.undecodable is None and third.undecodable is None
+    assert (first.payload, third.payload) == ({"p": A, "i": 1}, {"p": A, "i": 3})
+    assert poison.offset == 2 and poison.undecodable is not None
+    assert poison.undecodable.startswith(f"undecodable row: {error}"), poison.undecodable
+    kept = getattr(poison, column)
+    assert list(kept) == [UNDECODABLE_KEY]
+    # The stored text (PostgreSQL's jsonb normalizes spacing).
+    assert kept[UNDECODABLE_KEY].replace(" ", "") == text.replace(" ", "")
+
+
+def test_decode_columns_names_every_column_that_failed():
+    d = get_dialect(connection)
+    payload, metadata, error = decode_columns(d, "{", "[]")
+    assert payload == {UNDECODABLE_KEY: "{"} and metadata == {UNDECODABLE_KEY: "[]"}
+    assert error is not None and "payload could not be decoded" in error and "metadata is not a JSON object" in error
+    assert decode_columns(d, '{"a": 1}', "{}") == ({"a": 1}, {}, None)
+    assert decode_columns(d, b"\xff", "{}")[0] == {UNDECODABLE_KEY: "\ufffd"}  # bytes that are not UTF-8
