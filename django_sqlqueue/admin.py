@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from .console.actions import Views
-from .console.base import VIEW, has
+from .console.base import VIEW, has, refuse_nul
 from .models import QueueConsole
 
 
@@ -69,4 +69,4 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("topics/", views.topics, "topics"),
             ("topics/purge/", views.purge_topic, "purge_topic"),
         ]
-        return [path(route, wrap(view), name=f"{name}_{suffix}") for route, view, suffix in routes]  # type: ignore[call-overload,type-var]
+        return [path(route, wrap(refuse_nul(view)), name=f"{name}_{suffix}") for route, view, suffix in routes]  # type: ignore[call-overload,type-var]

@@ -115,15 +115,21 @@ def publish_many(
     validate_topic(topic)
     if isinstance(messages, (str, bytes, Mapping)):
         raise InvalidMessage("publish_many() takes an iterable of message dicts, not a single value.")
+    try:
+        items = iter(messages)
+    except TypeError:
+        raise InvalidMessage(
+            f"publish_many() takes an iterable of message dicts, not {type(messages).__name__}."
+        ) from None
     prepared: list[PreparedMessage] = []
-    for index, item in enumerate(messages):
+    for index, item in enumerate(items):
         where = f"message #{index}"
         if not isinstance(item, Mapping):
             raise InvalidMessage(f"{where}: expected a dict, got {type(item).__name__}.")
-        unknown = sorted(set(item) - MESSAGE_KEYS)
+        unknown = sorted(map(str, set(item) - MESSAGE_KEYS))  # str: keys of any type sort
         if unknown:
             raise InvalidMessage(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
+                f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
             )
         if "payload" not in item:
             raise InvalidMessage(f"{where}: missing 'payload'.")

@@ -8,7 +8,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
-from .base import audit, confirmed, fail, parse_int, parse_time, pretty, require, require_action, url
+from .base import audit, confirmed, fail, next_url, parse_int, parse_time, pretty, require, require_action, url
 from .pages import Pages
 
 
@@ -121,7 +121,7 @@ class Views(Pages):
                 messages.warning(
                     request, f"{group} on {topic} was already {'paused' if action == 'pause' else 'running'}."
                 )
-        return HttpResponseRedirect(request.POST.get("next") or url("group", group, topic))
+        return HttpResponseRedirect(next_url(request, url("group", group, topic)))
 
     def drop(self, request: HttpRequest) -> HttpResponse:
         require_action(request, "drop")
@@ -206,7 +206,7 @@ class Views(Pages):
             return HttpResponseRedirect(url("deadletters"))
         require_action(request, action)
         scope = p.get("scope", "selected")
-        back = p.get("next") or url("deadletters")
+        back = next_url(request, url("deadletters"))
         try:
             f = self._dl_filter(p)
             if scope == "matching":
