@@ -33,6 +33,9 @@ MESSAGE_ID_LENGTH = 300
 CONSUMER_GROUP_LENGTH = 128
 #: Longest subscriber (worker) name.
 SUBSCRIBER_NAME_LENGTH = 255
+#: Offsets, seqs and partitions are BIGINT columns: a number outside this range matches no row,
+#: and SQLite's driver cannot even send it.
+MAX_BIGINT = 2**63 - 1
 #: Longest ``delay`` of a message and longest duration in ``SQLQUEUE``: 100 years, far beyond
 #: any real use and well inside what every layer takes (much longer ones overflow a BIGINT of
 #: microseconds, a MySQL DATETIME, ``threading.TIMEOUT_MAX``).

@@ -8,6 +8,7 @@ must then accept it or refuse it with a ``SQLQueueError`` naming the field).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import string
 from typing import Any
 
@@ -208,7 +209,7 @@ def long_payloads(limit: int) -> st.SearchStrategy[Any]:
     """Strings around ``limit`` bytes of JSON, in characters of 1 to 4 bytes of UTF-8."""
 
     def build(char: str, slack: int, wrap: bool) -> Any:
-        n = max(0, (limit + slack - 2) // len(char.encode()))
+        n = max(0, (limit + slack - 2) // len(json.dumps(char, ensure_ascii=False)[1:-1].encode()))
         return {"s": char * n} if wrap else char * n
 
     return st.builds(

@@ -8,6 +8,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
+from ..exceptions import SQLQueueError
 from .base import audit, confirmed, fail, next_url, parse_int, parse_time, pretty, require, require_action, url
 from .pages import Pages
 
@@ -95,7 +96,7 @@ class Views(Pages):
                     back=back,
                 )
             plan = ops.seek(group, topic, **kwargs)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(back)
         audit(request, f"group {group} on {topic}", plan.describe().capitalize() + ".")
@@ -110,7 +111,7 @@ class Views(Pages):
                 changed = ops.pause(group, topic, by=_actor(request), reason=request.POST.get("reason", ""))
             else:
                 changed = ops.resume(group, topic)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
         else:
             verb = "Paused" if action == "pause" else "Resumed"
@@ -141,7 +142,7 @@ class Views(Pages):
                     back=url("groups"),
                 )
             done = ops.drop_group(group, topic=topic, force=force)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(url("groups"))
         detail = ", ".join(f"{t}: {n}" for t, n in done.rows.items())
@@ -167,7 +168,7 @@ class Views(Pages):
         try:
             f = self._dl_filter(request.GET)
             page = ops.list_dead_letters(f, cursor=parse_int(request.GET.get("cursor"), "cursor"), limit=50)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             error = str(exc)
         return self.render(
             request,
@@ -239,7 +240,7 @@ class Views(Pages):
                 )
             run = {"replay": (ops.replay, ops.replay_matching), "purge": (ops.purge, ops.purge_matching)}[action]
             result = run[0](seqs, actor=_actor(request)) if seqs is not None else run[1](f, actor=_actor(request))
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(back)
         target = f"dead letters ({'seq ' + ', '.join(seqs[:20]) if seqs else f.describe()})"

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from ..limits import MAX_BIGINT
 from ..models import QueueConsole
 from ..ops import OperationError
 from ..timeparse import parse_time as parse_iso_time
@@ -196,6 +197,8 @@ def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int |
         raise OperationError(f"{what} must be an integer, got {value!r}.") from None
     if minimum is not None and number < minimum:
         raise OperationError(f"{what} must be >= {minimum}, got {number}.")
+    if abs(number) > MAX_BIGINT:
+        raise OperationError(f"{what} must be at most {MAX_BIGINT}, got {number}.")
     return number
 
 
