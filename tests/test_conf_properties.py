@@ -101,6 +101,8 @@ def test_any_setting_is_accepted_or_refused_with_check_ids(raw):
         else:
             conf = get_settings()
             assert isinstance(conf, QueueSettings)
+            assert re.fullmatch(r"[A-Za-z0-9._-]{1,32}", conf.DLQ_SUFFIX), conf.DLQ_SUFFIX
+            assert all(re.fullmatch(r"[A-Za-z0-9._-]{1,160}", topic) for topic in conf.TOPICS), conf.TOPICS
             for key in DURATION_KEYS:
                 value = getattr(conf, key)
                 assert isinstance(value, float) and math.isfinite(value) and value >= 0
