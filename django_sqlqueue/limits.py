@@ -33,6 +33,10 @@ MESSAGE_ID_LENGTH = 300
 CONSUMER_GROUP_LENGTH = 128
 #: Longest subscriber (worker) name.
 SUBSCRIBER_NAME_LENGTH = 255
+#: Deepest nesting of arrays and objects in a payload or metadata. MariaDB's JSON_VALID (the
+#: CHECK on the JSON columns there) refuses documents deeper than 32 levels, the innermost
+#: value included; the other databases take more, but a message must be valid on all of them.
+MAX_JSON_DEPTH = 31
 #: Offsets, seqs and partitions are BIGINT columns: a number outside this range matches no row,
 #: and SQLite's driver cannot even send it.
 MAX_BIGINT = 2**63 - 1

@@ -12,7 +12,15 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .exceptions import InvalidMessage, PayloadTooLarge
-from .limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
+from .limits import (
+    CONSUMER_GROUP_LENGTH,
+    KEY_LENGTH,
+    MAX_JSON_DEPTH,
+    MAX_MESSAGE_ID_LENGTH,
+    MAX_SECONDS,
+    MAX_TOPIC_LENGTH,
+    TOPIC_RE,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Lone surrogates: a Python str may hold them, but they are not text and UTF-8 (every
@@ -88,15 +96,21 @@ _ENCODER = DjangoJSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_na
 def encode_json(value: Any, what: str) -> str:
     """Serialize ``value`` as compact JSON (Decimal, datetime, UUID become strings).
 
-    Refuse what JSON cannot carry (NaN, sets, objects) and two characters some database
-    cannot store: NUL (PostgreSQL's jsonb has no place for it; refused on every database,
-    so that a message is valid wherever it is published) and lone surrogates (no driver
-    can encode them).
+    Refuse what JSON cannot carry (NaN, sets, objects) and what some database cannot
+    store, on every database, so that a message is valid wherever it is published: NUL
+    (PostgreSQL's jsonb has no place for it), lone surrogates (no driver can encode them)
+    and nesting deeper than ``MAX_JSON_DEPTH`` (MariaDB's JSON_VALID refuses it).
     """
+    too_deep = f"{what} is nested more than {MAX_JSON_DEPTH} arrays/objects deep (the most MariaDB's JSON takes)."
     try:
         text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InvalidMessage(too_deep) from None
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{what} is not JSON-serializable: {exc}") from exc
+    # Counting brackets is cheap and bounds the depth; walk the value only when it might be deep.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise InvalidMessage(too_deep)
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidMessage(
             f"{what} contains the character NUL (U+0000), which PostgreSQL cannot store in JSON; "
@@ -109,6 +123,23 @@ def encode_json(value: Any, what: str) -> str:
                 f"{what} contains a lone surrogate ({surrogate.group()!r}), which is not text: UTF-8 cannot encode it."
             )
     return text
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` dicts/lists/tuples (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 #: The delivery times every database stores (a MySQL DATETIME: years 1000 to 9999).

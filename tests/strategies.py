@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from django_sqlqueue.limits import KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH
+from django_sqlqueue.limits import KEY_LENGTH, MAX_JSON_DEPTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH
 
 TOPIC_ALPHABET = string.ascii_letters + string.digits + "._-"
 
@@ -191,14 +191,44 @@ def converted_json() -> st.SearchStrategy[Any]:
     )
 
 
+class _Shown:
+    """Print as ``nested(depth, kind)``: Hypothesis' printer recurses and would overflow."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(f"nested({self.depth!r}, {type(self).__name__.removeprefix('Nested').lower()!r})")  # type: ignore[attr-defined]
+
+
+class NestedList(_Shown, list):  # type: ignore[type-arg]
+    pass
+
+
+class NestedDict(_Shown, dict):  # type: ignore[type-arg]
+    pass
+
+
+def nested(depth: int, kind: str = "list", inner: Any = 1) -> Any:
+    """``inner`` inside ``depth`` lists or dicts (plain ones, but for the outermost)."""
+    for _ in range(depth - 1):
+        inner = [inner] if kind == "list" else {"k": inner}
+    outer = NestedList([inner]) if kind == "list" else NestedDict(k=inner)
+    outer.depth = depth
+    return outer
+
+
+def deep_json() -> st.SearchStrategy[Any]:
+    """Nesting around the deepest every database stores (31) and past Python's recursion limit."""
+    depths = st.sampled_from([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 64, 2000])
+    return st.builds(nested, depths, st.sampled_from(["list", "dict"]), st.sampled_from([1, [], {}, "x"]))
+
+
 def any_payload() -> st.SearchStrategy[Any]:
-    return st.one_of(json_values(), converted_json(), not_json(), wild_scalars())
+    return st.one_of(json_values(), converted_json(), not_json(), wild_scalars(), deep_json())
 
 
 def any_metadata() -> st.SearchStrategy[Any]:
     return st.one_of(
         valid_metadata(),
-        st.dictionaries(st.text(max_size=8), st.one_of(json_values(5), not_json()), max_size=3),
+        st.dictionaries(st.text(max_size=8), st.one_of(json_values(5), not_json(), deep_json()), max_size=3),
         json_values(5),
         not_json(),
         wild_scalars(),

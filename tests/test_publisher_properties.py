@@ -31,6 +31,7 @@ from django_sqlqueue import SQLQueueError, publish, publish_many
 from django_sqlqueue.conf import DEFAULT_MAX_PAYLOAD_BYTES
 from django_sqlqueue.dialects import get_dialect
 from django_sqlqueue.exceptions import IdempotencyConflict, InvalidMessage, PayloadTooLarge
+from django_sqlqueue.limits import MAX_JSON_DEPTH
 from django_sqlqueue.models import Message
 from django_sqlqueue.validation import validate_message_id
 
@@ -219,6 +220,11 @@ def test_valid_messages_are_stored_exactly(call):
 @example(wild=bad("topic", topic="orders\n"))
 @example(wild=bad("payload", payload="a\x00b"))
 @example(wild=bad("payload", payload=["\ud800"]))
+@example(wild=bad("payload", payload=s.nested(MAX_JSON_DEPTH)))  # stored everywhere
+@example(wild=bad("payload", payload=s.nested(MAX_JSON_DEPTH + 1, "dict")))  # MariaDB: IntegrityError
+@example(wild=bad("metadata", metadata=s.nested(MAX_JSON_DEPTH, "dict")))  # stored everywhere
+@example(wild=bad("metadata", metadata=s.nested(MAX_JSON_DEPTH + 1, "dict", [])))
+@example(wild=bad("payload", payload=s.nested(5000)))  # RecursionError
 @example(wild=bad("metadata", metadata={"\x00": 1}))
 @example(wild=bad("key", key="k\udc80"))
 @example(wild=bad("id", id="\ud800"))
