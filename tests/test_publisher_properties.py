@@ -428,3 +428,67 @@ def test_ids_and_keys_that_differ_are_different(first, pick):
         assert Message.objects.get(topic="t", id=first).key == first
         assert Message.objects.get(topic="t", id=second).payload == 2
         assert Message.objects.filter(topic="t", key=first).count() == 1
+
+
+# -- idempotency: the same id again ---------------------------------------------------------
+
+
+def look_alike_values(value: Any) -> Any:
+    """``value`` with booleans and numbers swapped for ones Python's ``==`` takes as equal."""
+    if isinstance(value, dict):
+        return {k: look_alike_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [look_alike_values(v) for v in value]
+    if isinstance(value, bool):
+        return int(value)
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def same_document(a: Any, b: Any) -> bool:
+    """JSON's equality: booleans are not numbers; numbers compare by their decimal value."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_document(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(same_document, a, b))
+    return a == b
+
+
+@settings(max_examples=60)
+@given(
+    first=s.json_values(8),
+    change=st.sampled_from(["same", "look-alike", "other"]),
+    other=s.json_values(4),
+    in_batch=st.booleans(),
+)
+@example(first={"flag": True}, change="look-alike", other=None, in_batch=False)
+@example(first=[1, 0], change="look-alike", other=None, in_batch=True)
+@example(first={"n": 1e16, "z": -0.0}, change="same", other=None, in_batch=False)
+@example(first=3.970804388347017e16, change="same", other=None, in_batch=False)  # PostgreSQL: a conflict
+def test_an_id_published_again_stores_nothing_or_conflicts(first, change, other, in_batch):
+    second = {"same": first, "look-alike": look_alike_values(first), "other": other}[change]
+    with example_transaction():
+        if in_batch:
+            calls = [{"payload": first, "id": "x"}, {"payload": second, "id": "x"}]
+            try:
+                publish_many("t", calls)
+            except IdempotencyConflict as exc:
+                assert not same_document(first, second) and names(exc, "id")
+                assert not Message.objects.exists()
+                return
+        else:
+            publish("t", first, id="x")
+            try:
+                again = publish("t", second, id="x")
+            except IdempotencyConflict as exc:
+                assert not same_document(first, second) and names(exc, "id")
+                assert Message.objects.count() == 1
+                return
+            assert not again.created
+        assert same_document(first, second), (first, second)
+        assert Message.objects.count() == 1
