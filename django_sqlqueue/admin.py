@@ -9,6 +9,7 @@ AdminSite has to be swapped: the app registers itself with ``admin.site``. See
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
@@ -16,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from .console.actions import Views
-from .console.base import VIEW, has
+from .console.base import VIEW, has, refuse_nul
 from .models import QueueConsole
 
 
@@ -50,7 +51,7 @@ class QueueConsoleAdmin(admin.ModelAdmin):
         views = self._views
         wrap = self.admin_site.admin_view
         name = f"{self.opts.app_label}_{self.opts.model_name}"
-        routes = [
+        routes: list[tuple[str, Callable[..., HttpResponse], str]] = [
             ("", views.overview, "changelist"),
             ("overview/", views.overview, "overview"),
             ("messages/", views.messages, "messages"),
@@ -69,4 +70,4 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("topics/", views.topics, "topics"),
             ("topics/purge/", views.purge_topic, "purge_topic"),
         ]
-        return [path(route, wrap(view), name=f"{name}_{suffix}") for route, view, suffix in routes]  # type: ignore[call-overload,type-var]
+        return [path(route, wrap(refuse_nul(view)), name=f"{name}_{suffix}") for route, view, suffix in routes]

@@ -32,7 +32,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     raw = getattr(settings, "SQLQUEUE", None) or {}
     alias = raw.get("DATABASE", conf.DEFAULT_DATABASE) if isinstance(raw, dict) else conf.DEFAULT_DATABASE
-    if alias not in settings.DATABASES:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
         return []  # reported by sqlqueue.E006
     database = settings.DATABASES[alias]
     # The backend class, not connections[alias]: no connection is opened, and the check reads

@@ -12,6 +12,7 @@ reads an invalid configuration.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -20,7 +21,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
-from .limits import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
+from .limits import MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Seconds a worker sleeps between polls while its partitions have work.
 DEFAULT_POLL_INTERVAL = 0.1
@@ -131,6 +132,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_seconds(value: Any, *, zero: bool = False) -> bool:
+    """Whether ``value`` is a duration a worker can wait for: finite, positive (or 0), at most 100 years."""
+    return _is_number(value) and (value >= 0 if zero else value > 0) and value <= MAX_SECONDS and math.isfinite(value)
+
+
 def validate(raw: Any) -> list[Problem]:
     """Return every problem found in the raw ``SQLQUEUE`` value (empty when valid)."""
     if raw is None:
@@ -138,19 +144,23 @@ def validate(raw: Any) -> list[Problem]:
     if not isinstance(raw, dict):
         return [Problem("sqlqueue.E001", f"SQLQUEUE must be a dict, not {type(raw).__name__}.")]
     problems: list[Problem] = []
-    unknown = sorted(set(raw) - KNOWN_KEYS)
+    unknown = sorted(map(str, set(raw) - KNOWN_KEYS))  # str: keys of any type sort
     if unknown:
         problems.append(
             Problem(
                 "sqlqueue.E002",
-                f"SQLQUEUE has unknown key(s): {', '.join(map(str, unknown))}.",
+                f"SQLQUEUE has unknown key(s): {', '.join(unknown)}.",
                 hint=f"Known keys: {', '.join(sorted(KNOWN_KEYS))}.",
             )
         )
     for key in _DURATIONS:
-        if key in raw and not (_is_number(raw[key]) and raw[key] > 0):
+        if key in raw and not _is_seconds(raw[key]):
             problems.append(
-                Problem("sqlqueue.E003", f"SQLQUEUE[{key!r}] must be a positive number of seconds, got {raw[key]!r}.")
+                Problem(
+                    "sqlqueue.E003",
+                    f"SQLQUEUE[{key!r}] must be a positive number of seconds (at most {MAX_SECONDS}, 100 years), "
+                    f"got {raw[key]!r}.",
+                )
             )
     for key in _POSITIVE_INTS:
         if key in raw and not (isinstance(raw[key], int) and not isinstance(raw[key], bool) and raw[key] > 0):
@@ -176,10 +186,12 @@ def validate(raw: Any) -> list[Problem]:
                     f"SQLQUEUE['DATABASE'] is {alias!r}, which is not a key of settings.DATABASES.",
                 )
             )
-    if "RETENTION" in raw and not (_is_number(raw["RETENTION"]) and raw["RETENTION"] >= 0):
+    if "RETENTION" in raw and not _is_seconds(raw["RETENTION"], zero=True):
         problems.append(
             Problem(
-                "sqlqueue.E003", f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0, got {raw['RETENTION']!r}."
+                "sqlqueue.E003",
+                f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0 (at most {MAX_SECONDS}, 100 years), "
+                f"got {raw['RETENTION']!r}.",
             )
         )
     for low_key, high_key in (("POLL_INTERVAL", "POLL_INTERVAL_MAX"), ("BACKOFF_MIN", "BACKOFF_MAX")):
@@ -230,12 +242,12 @@ def _validate_topics(topics: Any) -> list[Problem]:
         if not isinstance(options, dict):
             problems.append(Problem("sqlqueue.E009", f"{where} must be a dict, not {type(options).__name__}."))
             continue
-        unknown = sorted(set(options) - TOPIC_OPTION_KEYS)
+        unknown = sorted(map(str, set(options) - TOPIC_OPTION_KEYS))
         if unknown:
             problems.append(
                 Problem(
                     "sqlqueue.E009",
-                    f"{where} has unknown key(s): {', '.join(map(str, unknown))}.",
+                    f"{where} has unknown key(s): {', '.join(unknown)}.",
                     hint=f"Known keys: {', '.join(sorted(TOPIC_OPTION_KEYS))}.",
                 )
             )
@@ -275,8 +287,10 @@ def _validate_schedules(raw: Any) -> list[Problem]:
 @functools.cache
 def get_settings() -> QueueSettings:
     """Return the validated queue settings; raise ``ConfigurationError`` if invalid."""
-    raw = getattr(django_settings, "SQLQUEUE", None) or {}
-    problems = validate(raw)
+    raw = getattr(django_settings, "SQLQUEUE", None)
+    if raw is None:
+        raw = {}
+    problems = validate(raw)  # SQLQUEUE = [] or 0 is refused, as the system check says (E001)
     if problems:
         raise ConfigurationError(" ".join(f"[{p.id}] {p.msg}" for p in problems))
     values = dict(raw)

@@ -16,8 +16,9 @@ import re
 MAX_TOPIC_LENGTH = 128
 #: Longest DLQ suffix; ``MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH`` is the column width.
 MAX_DLQ_SUFFIX_LENGTH = 32
-#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``.
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``. ``\Z``, not
+#: ``$``: ``$`` also matches before a final newline, and ``"orders\n"`` is no topic.
+TOPIC_RE = re.compile(r"\A[A-Za-z0-9._-]+\Z")
 
 #: Width of every topic column: a publisher's topic plus the DLQ suffix.
 TOPIC_COLUMN_LENGTH = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
@@ -32,3 +33,14 @@ MESSAGE_ID_LENGTH = 300
 CONSUMER_GROUP_LENGTH = 128
 #: Longest subscriber (worker) name.
 SUBSCRIBER_NAME_LENGTH = 255
+#: Deepest nesting of arrays and objects in a payload or metadata. MariaDB's JSON_VALID (the
+#: CHECK on the JSON columns there) refuses documents deeper than 32 levels, the innermost
+#: value included; the other databases take more, but a message must be valid on all of them.
+MAX_JSON_DEPTH = 31
+#: Offsets, seqs and partitions are BIGINT columns: a number outside this range matches no row,
+#: and SQLite's driver cannot even send it.
+MAX_BIGINT = 2**63 - 1
+#: Longest ``delay`` of a message and longest duration in ``SQLQUEUE``: 100 years, far beyond
+#: any real use and well inside what every layer takes (much longer ones overflow a BIGINT of
+#: microseconds, a MySQL DATETIME, ``threading.TIMEOUT_MAX``).
+MAX_SECONDS = 100 * 365 * 86400

@@ -28,10 +28,12 @@ poison it on PostgreSQL).
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -115,15 +117,21 @@ def publish_many(
     validate_topic(topic)
     if isinstance(messages, (str, bytes, Mapping)):
         raise InvalidMessage("publish_many() takes an iterable of message dicts, not a single value.")
+    try:
+        items = iter(messages)
+    except TypeError:
+        raise InvalidMessage(
+            f"publish_many() takes an iterable of message dicts, not {type(messages).__name__}."
+        ) from None
     prepared: list[PreparedMessage] = []
-    for index, item in enumerate(messages):
+    for index, item in enumerate(items):
         where = f"message #{index}"
         if not isinstance(item, Mapping):
             raise InvalidMessage(f"{where}: expected a dict, got {type(item).__name__}.")
-        unknown = sorted(set(item) - MESSAGE_KEYS)
+        unknown = sorted(map(str, set(item) - MESSAGE_KEYS))  # str: keys of any type sort
         if unknown:
             raise InvalidMessage(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
+                f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
             )
         if "payload" not in item:
             raise InvalidMessage(f"{where}: missing 'payload'.")
@@ -263,8 +271,29 @@ def write_messages(
     return [described[m.id] for m in messages]
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two decoded JSON values are the same document.
+
+    Python's ``==`` takes ``True`` for ``1``: JSON does not. Numbers compare by value, and
+    a float equals the integer of its decimal digits: PostgreSQL's jsonb gives
+    ``3.970804388347017e+16`` back as ``39708043883470170``, which is not the float's exact
+    binary value. Everything else compares exactly.
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, float) and type(b) is int:
+        a, b = b, a
+    if type(a) is int and isinstance(b, float):
+        return a == b or (math.isfinite(b) and Decimal(repr(b)) == a)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same_json, a, b))
+    return bool(a == b)
+
+
 def _check_same(topic: str, m: PreparedMessage, stored_key: str, stored_payload: Any) -> None:
-    if stored_key != m.key or stored_payload != json.loads(m.payload_json):
+    if stored_key != m.key or not _same_json(stored_payload, json.loads(m.payload_json)):
         what = "key" if stored_key != m.key else "payload"
         raise IdempotencyConflict(
             f"message id {m.id!r} was already published to topic {topic!r} with a different {what}; "

@@ -37,7 +37,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .exceptions import ConfigurationError, InvalidMessage
-from .validation import validate_key, validate_topic
+from .limits import MAX_SECONDS
+from .validation import encode_json, validate_key, validate_topic
 
 #: Seconds a missed tick may be late and still fire.
 DEFAULT_CATCH_UP = 300.0
@@ -93,10 +94,10 @@ def parse_schedule(name: Any, spec: Any) -> Schedule:
         raise ConfigurationError(str(exc)) from exc
     if not isinstance(spec, dict):
         raise ConfigurationError(f"{where} must be a dict, not {type(spec).__name__}.")
-    unknown = sorted(set(spec) - SCHEDULE_KEYS)
+    unknown = sorted(map(str, set(spec) - SCHEDULE_KEYS))  # str: keys of any type sort
     if unknown:
         raise ConfigurationError(
-            f"{where} has unknown key(s): {', '.join(map(str, unknown))}; known: {', '.join(sorted(SCHEDULE_KEYS))}."
+            f"{where} has unknown key(s): {', '.join(unknown)}; known: {', '.join(sorted(SCHEDULE_KEYS))}."
         )
     cron = spec.get("cron")
     try:
@@ -132,10 +133,12 @@ def parse_schedule(name: Any, spec: Any) -> Schedule:
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
         raise ConfigurationError(f"{where}: unknown time zone {zone!r}.") from exc
     catch_up = spec.get("catch_up", DEFAULT_CATCH_UP)
-    if not isinstance(catch_up, (int, float)) or isinstance(catch_up, bool) or catch_up < 1:
+    if not isinstance(catch_up, (int, float)) or isinstance(catch_up, bool) or not 1 <= catch_up <= MAX_SECONDS:
         raise ConfigurationError(f"{where}: 'catch_up' must be a number of seconds >= 1, got {catch_up!r}.")
     try:
         key = validate_key(spec.get("key", ""))
+        encode_json(spec.get("payload"), "'payload'")  # published as JSON: refused now, not at every tick
+        encode_json([list(args), kwargs], "'args'/'kwargs'")
     except InvalidMessage as exc:
         raise ConfigurationError(f"{where}: {exc}") from exc
     return Schedule(

@@ -31,4 +31,7 @@ def parse_time(value: str) -> dt.datetime:
         )
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before year 1 in UTC
+        raise ValueError(f"{value!r} is out of range in UTC (years 1 to 9999).") from None

@@ -12,9 +12,23 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .exceptions import InvalidMessage, PayloadTooLarge
-from .limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
+from .limits import (
+    CONSUMER_GROUP_LENGTH,
+    KEY_LENGTH,
+    MAX_JSON_DEPTH,
+    MAX_MESSAGE_ID_LENGTH,
+    MAX_SECONDS,
+    MAX_TOPIC_LENGTH,
+    TOPIC_RE,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Lone surrogates: a Python str may hold them, but they are not text and UTF-8 (every
+#: database driver's encoding) cannot encode them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The JSON escape of NUL, not preceded by an escaping backslash (``"\\u0000"`` is the text
+#: ``\u0000``, harmless).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 #: Keys a ``publish_many`` message dict may have.
 MESSAGE_KEYS = frozenset({"payload", "key", "id", "metadata", "delay", "deliver_at"})
 #: Longest ``last_error`` stored (a dead letter's, a retrying delivery's); longer ones are cut.
@@ -56,6 +70,8 @@ def _validate_key(value: Any, what: str, max_length: int, *, allow_empty: bool) 
         raise InvalidMessage(f"{what} {value!r} must not start or end with whitespace.")
     if _CONTROL.search(value):
         raise InvalidMessage(f"{what} {value!r} must not contain control characters.")
+    if _SURROGATE.search(value):
+        raise InvalidMessage(f"{what} {value!r} must not contain lone surrogates (they are not text).")
     return value
 
 
@@ -78,11 +94,69 @@ _ENCODER = DjangoJSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_na
 
 
 def encode_json(value: Any, what: str) -> str:
-    """Serialize ``value`` as compact JSON (Decimal, datetime, UUID become strings)."""
+    """Serialize ``value`` as compact JSON (Decimal, datetime, UUID become strings).
+
+    Refuse what JSON cannot carry (NaN, sets, objects) and what some database cannot
+    store, on every database, so that a message is valid wherever it is published: NUL
+    (PostgreSQL's jsonb has no place for it), lone surrogates (no driver can encode them)
+    and nesting deeper than ``MAX_JSON_DEPTH`` (MariaDB's JSON_VALID refuses it).
+    """
+    too_deep = f"{what} is nested more than {MAX_JSON_DEPTH} arrays/objects deep (the most MariaDB's JSON takes)."
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise InvalidMessage(too_deep) from None
     except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{what} is not JSON-serializable: {exc}") from exc
+    # Counting brackets is cheap and bounds the depth; walk the value only when it might be deep.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise InvalidMessage(too_deep)
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidMessage(
+            f"{what} contains the character NUL (U+0000), which PostgreSQL cannot store in JSON; "
+            "the queue refuses it on every database."
+        )
+    if not text.isascii():
+        surrogate = _SURROGATE.search(text)
+        if surrogate:
+            raise InvalidMessage(
+                f"{what} contains a lone surrogate ({surrogate.group()!r}), which is not text: UTF-8 cannot encode it."
+            )
+    return text
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` dicts/lists/tuples (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+#: The delivery times every database stores (a MySQL DATETIME: years 1000 to 9999).
+_EARLIEST = dt.datetime(1000, 1, 1, tzinfo=dt.UTC)
+_LATEST = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)
+
+
+def _utc(deliver_at: dt.datetime) -> dt.datetime:
+    try:
+        utc = deliver_at.astimezone(dt.UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not _EARLIEST <= utc <= _LATEST:
+        raise InvalidMessage(
+            f"deliver_at {deliver_at.isoformat()} is out of range: it must be in the years 1000 to 9999 in UTC."
+        )
+    return utc
 
 
 @dataclass(frozen=True)
@@ -149,6 +223,8 @@ def prepare_message(
                 raise InvalidMessage(f"delay must be seconds (int/float) or a timedelta, got {type(delay).__name__}.")
             if not seconds >= 0:  # also rejects NaN
                 raise InvalidMessage(f"delay must not be negative, got {delay!r}.")
+            if not seconds <= MAX_SECONDS:  # also rejects infinity
+                raise InvalidMessage(f"delay must be at most {MAX_SECONDS} seconds (100 years), got {delay!r}.")
         if deliver_at is not None:
             if not isinstance(deliver_at, dt.datetime):
                 raise InvalidMessage(f"deliver_at must be a datetime, got {type(deliver_at).__name__}.")
@@ -157,6 +233,7 @@ def prepare_message(
                     f"deliver_at {deliver_at.isoformat()} is naive; pass an aware datetime "
                     "(e.g. django.utils.timezone.now() + timedelta(...))."
                 )
+            deliver_at = _utc(deliver_at)
     except InvalidMessage as exc:
         if where:
             raise type(exc)(f"{where}{exc}") from exc.__cause__
@@ -167,6 +244,6 @@ def prepare_message(
         payload_json=payload_json,
         metadata_json=metadata_json,
         delay=seconds,
-        deliver_at=deliver_at.astimezone(dt.UTC) if deliver_at is not None else None,
+        deliver_at=deliver_at,
         explicit_id=explicit,
     )

@@ -1,13 +1,35 @@
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.db import connections
+from hypothesis import HealthCheck, settings
 
 from django_sqlqueue.models import Message
+
+# Property tests (tests/test_*_properties.py) are reproducible: the same examples on every run
+# and every machine, no example database on disk, and no per-example deadline (a database round
+# trip is slow and its time varies). HYPOTHESIS_PROFILE=explore searches at random, for a hunt.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore",
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
-from .base import audit, confirmed, fail, parse_int, parse_time, pretty, require, require_action, url
+from ..exceptions import SQLQueueError
+from .base import audit, confirmed, fail, next_url, parse_int, parse_time, pretty, require, require_action, url
 from .pages import Pages
 
 
@@ -95,7 +96,7 @@ class Views(Pages):
                     back=back,
                 )
             plan = ops.seek(group, topic, **kwargs)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(back)
         audit(request, f"group {group} on {topic}", plan.describe().capitalize() + ".")
@@ -110,7 +111,7 @@ class Views(Pages):
                 changed = ops.pause(group, topic, by=_actor(request), reason=request.POST.get("reason", ""))
             else:
                 changed = ops.resume(group, topic)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
         else:
             verb = "Paused" if action == "pause" else "Resumed"
@@ -121,7 +122,7 @@ class Views(Pages):
                 messages.warning(
                     request, f"{group} on {topic} was already {'paused' if action == 'pause' else 'running'}."
                 )
-        return HttpResponseRedirect(request.POST.get("next") or url("group", group, topic))
+        return HttpResponseRedirect(next_url(request, url("group", group, topic)))
 
     def drop(self, request: HttpRequest) -> HttpResponse:
         require_action(request, "drop")
@@ -141,7 +142,7 @@ class Views(Pages):
                     back=url("groups"),
                 )
             done = ops.drop_group(group, topic=topic, force=force)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(url("groups"))
         detail = ", ".join(f"{t}: {n}" for t, n in done.rows.items())
@@ -167,7 +168,7 @@ class Views(Pages):
         try:
             f = self._dl_filter(request.GET)
             page = ops.list_dead_letters(f, cursor=parse_int(request.GET.get("cursor"), "cursor"), limit=50)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             error = str(exc)
         return self.render(
             request,
@@ -206,7 +207,7 @@ class Views(Pages):
             return HttpResponseRedirect(url("deadletters"))
         require_action(request, action)
         scope = p.get("scope", "selected")
-        back = p.get("next") or url("deadletters")
+        back = next_url(request, url("deadletters"))
         try:
             f = self._dl_filter(p)
             if scope == "matching":
@@ -239,7 +240,7 @@ class Views(Pages):
                 )
             run = {"replay": (ops.replay, ops.replay_matching), "purge": (ops.purge, ops.purge_matching)}[action]
             result = run[0](seqs, actor=_actor(request)) if seqs is not None else run[1](f, actor=_actor(request))
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(back)
         target = f"dead letters ({'seq ' + ', '.join(seqs[:20]) if seqs else f.describe()})"

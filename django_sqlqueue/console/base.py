@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 
+from ..limits import MAX_BIGINT
 from ..models import QueueConsole
 from ..ops import OperationError
 from ..timeparse import parse_time as parse_iso_time
@@ -74,6 +77,40 @@ def audit(request: HttpRequest, target: str, message: str, *, deletion: bool = F
 
 def url(name: str, *args: Any) -> str:
     return reverse(f"admin:{APP}_queueconsole_{name}", args=args)
+
+
+def next_url(request: HttpRequest, default: str) -> str:
+    """The posted ``next`` page if it is a page of this site, else ``default`` (no open redirect)."""
+    target = request.POST.get("next") or ""
+    if (
+        target
+        and target.isprintable()
+        and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+    ):
+        return target
+    return default
+
+
+def refuse_nul(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Answer 400 to a NUL character anywhere in the path, query string or form.
+
+    No column of the queue can hold one (PostgreSQL refuses it even in a comparison), and
+    no operator means to type one: refuse it before any view reads its input.
+    """
+
+    @functools.wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        texts = [*map(str, args), *map(str, kwargs.values())]
+        for data in (request.GET, request.POST):
+            for name, values in data.lists():
+                texts += [name, *values]
+        if any("\x00" in text for text in texts):
+            return HttpResponseBadRequest("The console's input must not contain NUL characters (%00).")
+        return view(request, *args, **kwargs)
+
+    return checked
 
 
 class Console:
@@ -160,6 +197,8 @@ def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int |
         raise OperationError(f"{what} must be an integer, got {value!r}.") from None
     if minimum is not None and number < minimum:
         raise OperationError(f"{what} must be >= {minimum}, got {number}.")
+    if abs(number) > MAX_BIGINT:
+        raise OperationError(f"{what} must be at most {MAX_BIGINT}, got {number}.")
     return number
 
 

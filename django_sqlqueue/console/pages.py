@@ -8,6 +8,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
+from ..exceptions import SQLQueueError
 from .base import Console, audit, confirmed, fail, parse_int, parse_time, pretty, require, require_action, url
 
 
@@ -31,7 +32,7 @@ class Pages(Console):
                 before=parse_time(g.get("before"), "published before"),
             )
             page = ops.browse(f, cursor=parse_int(g.get("cursor"), "cursor"), limit=50)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             f, error = ops.MessageFilter(), str(exc)
         query = f.as_query()
         return self.render(
@@ -77,7 +78,7 @@ class Pages(Console):
         try:
             partition = parse_int(p.get("partition"), "partition")
             ops.release_lease(p.get("group", ""), p.get("topic", ""), partition or 0, holder=p.get("holder") or None)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
         else:
             target = f"lease {p.get('group')}:{p.get('topic')}[{partition}]"
@@ -91,7 +92,7 @@ class Pages(Console):
         error, rows = None, []
         try:
             rows = ops.list_deliveries(g.get("group") or None, g.get("topic") or None, status=g.get("status") or None)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             error = str(exc)
         return self.render(
             request,
@@ -126,7 +127,7 @@ class Pages(Console):
                     back=url("topics"),
                 )
             done = ops.purge_topic(topic)
-        except ops.OperationError as exc:
+        except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(url("topics"))
         audit(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..conf import get_settings
+from ..limits import MAX_BIGINT
 from ..store import DeliveryCounts
 from ..store import lag as partition_lag
 from ..validation import validate_group, validate_topic
@@ -181,6 +182,9 @@ def parse_partitions(values: Sequence[str] | str | None) -> list[int] | None:
         return None
     items = values.split(",") if isinstance(values, str) else [v for x in values for v in str(x).split(",")]
     try:
-        return sorted({int(x) for x in items if x.strip() != ""}) or None
+        numbers = sorted({int(x) for x in items if x.strip() != ""})
     except ValueError as exc:
         raise OperationError(f"partitions must be integers, got {values!r}.") from exc
+    if numbers and not -MAX_BIGINT <= numbers[0] <= numbers[-1] <= MAX_BIGINT:
+        raise OperationError(f"partitions must be at most {MAX_BIGINT}, got {values!r}.")
+    return numbers or None

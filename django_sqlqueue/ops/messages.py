@@ -20,6 +20,8 @@ from ..models import Message
 from ..partitioning import partition_for
 from .base import NotFound, OperationError, alias, store
 
+#: The last time a datetime can hold: a "before" bound there has no time after it.
+_LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
 #: Rows of slack around a seq bound found by time: concurrent inserts may commit their
 #: published_at slightly out of seq order.
 TIME_SLACK = 1000
@@ -101,7 +103,8 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
         qs = qs.filter(seq__gte=max(0, bound - TIME_SLACK))
     if f.before is not None:
         qs = qs.filter(published_at__lte=f.before)
-        bound = _seq_bound(f.before + dt.timedelta(microseconds=1), using)
+        # The first seq after ``before`` (none after the last representable time).
+        bound = _seq_bound(f.before + dt.timedelta(microseconds=1), using) if f.before < _LAST else None
         if bound is not None:
             qs = qs.filter(seq__lt=bound + TIME_SLACK)
     return qs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from ..limits import TOPIC_COLUMN_LENGTH
 from ..validation import validate_group, validate_topic
 from .base import store
 
@@ -26,7 +27,7 @@ def pause(group: str, topic: str, *, by: str = "", reason: str = "", using: str 
     the lease keeper then takes none while the row exists.
     """
     validate_group(group)
-    validate_topic(topic, max_length=10_000)
+    validate_topic(topic, max_length=TOPIC_COLUMN_LENGTH)  # the width of the row it writes
     return store(using).pause(group, topic, by[:PAUSED_BY_LENGTH], reason)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from django.db import transaction
 
 from ..dlq import prepare_replay_payload, replay_id, replay_metadata
+from ..limits import MAX_BIGINT
 from ..models import Message
 from ..publisher import write_messages
 from ..validation import PreparedMessage, encode_json
@@ -47,6 +48,8 @@ def _seqs(seqs: Iterable[Any]) -> list[int]:
         raise OperationError(f"dead-letter seqs must be integers, got {seqs!r}.") from exc
     if not out:
         raise OperationError("no dead letter selected.")
+    if not -MAX_BIGINT <= out[0] <= out[-1] <= MAX_BIGINT:
+        raise OperationError(f"dead-letter seqs must be at most {MAX_BIGINT}, got {out[-1]}.")
     return out
 
 
