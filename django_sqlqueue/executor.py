@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from .dbconn import close_all_quietly
 from .handlers import HandlerRunner
+from .service import log_death
 
 logger = logging.getLogger(__name__)
 
@@ -142,16 +143,10 @@ class PartitionExecutor:
         runner = HandlerRunner()
         try:
             self._serve(runner)
-        except BaseException as exc:  # reported to the worker, which stops
+        except BaseException as exc:  # noqa: BLE001 - logged and reported to the worker, which stops
             dead = DeadThread(f"handler {threading.current_thread().name}", exc)
             self.dead.append(dead)
-            logger.error(
-                "%s thread died: %s: %s",
-                dead.title,
-                type(exc).__name__,
-                exc,
-                exc_info=(type(exc), exc, exc.__traceback__),
-            )
+            log_death(logger, dead.title, exc)
             if self._on_death is not None:
                 self._on_death(dead)
         finally:

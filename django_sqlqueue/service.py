@@ -28,6 +28,13 @@ from .retry import Retrying
 logger = logging.getLogger(__name__)
 
 
+def log_death(log: logging.Logger, title: str, error: BaseException) -> None:
+    """Log one ERROR, with the traceback, for a worker thread that died (side or handler thread)."""
+    log.error(
+        "%s thread died: %s: %s", title, type(error).__name__, error, exc_info=(type(error), error, error.__traceback__)
+    )
+
+
 class ServiceThread:
     """A worker's side thread; subclasses implement :meth:`body`."""
 
@@ -86,13 +93,6 @@ class ServiceThread:
         finally:
             close_all_quietly()
         if self.error is not None and not self.stop_event.is_set():
-            error = self.error
-            logger.error(
-                "%s thread died: %s: %s",
-                self.title,
-                type(error).__name__,
-                error,
-                exc_info=(type(error), error, error.__traceback__),
-            )
+            log_death(logger, self.title, self.error)
             if self._on_death is not None:
                 self._on_death(self)
