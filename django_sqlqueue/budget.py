@@ -67,14 +67,18 @@ class ConnectionBudget:
         return " + ".join(f"{what} {n}" for what, n in parts if n) + f" = {self.total}"
 
 
-def connection_budget(*, concurrency: int, scheduler: bool, async_handlers: bool) -> ConnectionBudget:
+def connection_budget(
+    *, concurrency: int, scheduler: bool, async_handlers: bool, handler_threads: bool | None = None
+) -> ConnectionBudget:
     """Return the budget of a worker run with ``--concurrency concurrency``.
 
     ``scheduler``: the worker fires schedules; ``async_handlers``: one of its handlers is
-    ``async def``.
+    ``async def``; ``handler_threads``: batches run on handler threads (the default:
+    ``concurrency`` > 1; a worker whose handlers have a timeout uses one even with 1).
     """
+    threaded = concurrency > 1 if handler_threads is None else handler_threads or concurrency > 1
     return ConnectionBudget(
-        handler_threads=concurrency if concurrency > 1 else 0,
+        handler_threads=concurrency if threaded else 0,
         scheduler=1 if scheduler else 0,
         async_thread=1 if async_handlers else 0,
     )
