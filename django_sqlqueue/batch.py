@@ -46,6 +46,7 @@ thread, or on a handler thread with ``--concurrency`` (``executor.py``).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import traceback
@@ -128,12 +129,12 @@ def expired_error(m: FetchedMessage, sub: Subscription) -> str:
 
 def handler_timeout(sub: Subscription, received: ReceivedMessage) -> float | None:
     """The timeout of one handler call: the consumer's ``timeout_for(message)`` if it gives
-    one (per-task timeouts), else the consumer's ``timeout`` (None: no limit)."""
+    one (per-task timeouts; ``math.inf``: none), else the consumer's ``timeout`` (None: no limit)."""
     timeout_for = sub.spec.timeout_for
     if timeout_for is not None:
         chosen = timeout_for(received)
         if chosen is not None:
-            return chosen
+            return None if math.isinf(chosen) else chosen
     return sub.options.timeout
 
 

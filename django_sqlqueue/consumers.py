@@ -71,6 +71,10 @@ class ConsumerSpec:
     #: Per-message timeout, overriding ``timeout`` when it returns a number (the tasks
     #: backend's per-task timeouts); called before the handler, must be cheap.
     timeout_for: Callable[[ReceivedMessage], float | None] | None = None
+    #: Called by the watchdog when it gives up a timed-out handler, before the attempt's
+    #: outcome is written: ``on_timeout(message_id, payload, attempt, error, final)``
+    #: (the tasks backend records the failed attempt in the task's result).
+    on_timeout: Callable[[str, Any, int, BaseException, bool], None] | None = None
 
     @property
     def name(self) -> str:

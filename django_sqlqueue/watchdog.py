@@ -58,8 +58,9 @@ from .subscription import Subscription
 # Logged as the worker (the name projects configure), like batch.py.
 logger = logging.getLogger("django_sqlqueue.worker")
 
-#: Longest wait between two looks while handlers run (seconds).
-CHECK_INTERVAL = 1.0
+#: Longest wait between two looks while batches are in the executor (seconds): a handler
+#: that starts meanwhile is seen within it.
+CHECK_INTERVAL = 0.25
 #: Frames of the stuck thread's stack shown in the WARNING and the attempt's error.
 STACK_FRAMES = 6
 
@@ -83,16 +84,18 @@ class Watchdog:
         self._on_stuck = on_stuck
 
     def next_check(self, now: float | None = None) -> float | None:
-        """Seconds until the next look: a running handler's deadline, at most
-        :data:`CHECK_INTERVAL` (the next message of a batch may have a shorter timeout);
-        None when no timed handler runs.
+        """Seconds until the next look: the earliest running handler's deadline, at most
+        :data:`CHECK_INTERVAL` (a batch's next handler may start, with its own deadline);
+        None when the executor has no batch (nothing to watch).
         """
+        if self.executor.free == self.executor.concurrency:
+            return None
         now = time.monotonic() if now is None else now
         deadlines = [
             d for job in self.executor.running() if job.progress is not None and (d := job.progress.watchdog_deadline())
         ]
         if not deadlines:
-            return None
+            return CHECK_INTERVAL
         return min(CHECK_INTERVAL, max(0.0, min(deadlines) - now) + 0.01)
 
     def check(self) -> int:
@@ -152,6 +155,12 @@ class Watchdog:
             f"handler {handler} ran {elapsed:.1f}s, over its timeout of {timeout:g}s without progress; "
             f"its thread was abandoned" + (f", stuck at:\n{stack}" if stack else "")
         )
+        hook = sub.spec.on_timeout
+        if hook is not None:
+            try:
+                hook(message.id, message.payload, attempt, error, attempt >= sub.options.max_attempts)
+            except Exception:  # the attempt is failed all the same
+                logger.exception("on_timeout hook failed group=%s topic=%s id=%s", sub.group, sub.topic, message.id)
         outcomes: Outcomes = progress.outcomes
         self.batches.failed(sub, message, attempt, error, outcomes)
         outcomes.unprocessed.extend((m.partition, m.offset) for m in progress.messages[index + 1 :])
