@@ -92,8 +92,7 @@ def test_poll_state_reads_only_the_subscribers_own_leases():
             )
             cursor.execute(
                 f"INSERT INTO queue_offsets (consumer_group, topic, {qn('partition')}, offset_acked, updated_at) "
-                "VALUES "
-                + ", ".join(["(%s, %s, %s, 0, UTC_TIMESTAMP(6))"] * len(chunk)),
+                "VALUES " + ", ".join(["(%s, %s, %s, 0, UTC_TIMESTAMP(6))"] * len(chunk)),
                 [v for p in chunk for v in (G, T, p)],
             )
         cursor.execute("ANALYZE TABLE queue_partition_leases, queue_partitions, queue_offsets")
