@@ -26,8 +26,10 @@ reports, from the first spawn:
    worker and the server's CPU;
 4. *kill -9*: SIGKILL of ``--kill-fraction`` of the workers (a seeded random choice), then
    seconds until every partition is leased again by a survivor, and until fair share among
-   the survivors. With ``LEASE_DURATION`` d, no survivor may take a dead worker's
-   partition before its lease expires, so the floor of this figure is d.
+   the survivors. No survivor may take a dead worker's partition before its lease
+   expires: ``LEASE_DURATION`` after the dead worker's last renewal, which was at most
+   ``LEASE_RENEW_INTERVAL`` before the kill. So the figure cannot be below
+   ``LEASE_DURATION - LEASE_RENEW_INTERVAL`` and is about ``LEASE_DURATION`` for a quarter.
 
 **Connection budget.** With ``--max-connections`` below the documented budget (N x the
 per-worker budget of ``django_sqlqueue/budget.py``, plus ``HEADROOM``), the run first
