@@ -539,7 +539,7 @@ def kill_phase(probe: Probe, workers: Workers, partitions: int, fraction: float,
 
 def run(args: argparse.Namespace, server: PrivateMariaDB | None, workers_holder: list[Workers]) -> dict[str, Any]:
     n, p = args.workers, args.partitions
-    per_worker = connection_budget(concurrency=1, scheduler=False, async_handlers=False)
+    per_worker = connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=True)
     budget = n * per_worker.total + HEADROOM
     url = server.url if server is not None else args.database_url
     if server is None:
@@ -672,7 +672,7 @@ def main() -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, on_signal)
-    per_worker = connection_budget(concurrency=1, scheduler=False, async_handlers=False).total
+    per_worker = connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=True).total
     server = None
     holder: list[Workers] = []
     started = time.time()
