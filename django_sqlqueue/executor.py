@@ -71,7 +71,8 @@ class Job:
     """One batch submitted to the executor."""
 
     in_flight: PartitionsInFlight
-    partition: int
+    #: The partitions whose batches it runs (one, or with ``--concurrency 1`` a whole poll's).
+    partitions: tuple[int, ...]
     run: BatchJob
     #: Shared with the watchdog (None: the batch is not timed).
     progress: BatchProgress | None = None
@@ -88,13 +89,13 @@ class PartitionsInFlight:
         self._busy: set[int] = set()
         self._cond = threading.Condition()
 
-    def add(self, partition: int) -> None:
+    def add(self, partitions: tuple[int, ...]) -> None:
         with self._cond:
-            self._busy.add(partition)
+            self._busy.update(partitions)
 
-    def discard(self, partition: int) -> None:
+    def discard(self, partitions: tuple[int, ...]) -> None:
         with self._cond:
-            self._busy.discard(partition)
+            self._busy.difference_update(partitions)
             self._cond.notify_all()
 
     def snapshot(self) -> frozenset[int]:
@@ -165,13 +166,19 @@ class PartitionExecutor:
             return len(self._stuck)
 
     def submit(
-        self, in_flight: PartitionsInFlight, partition: int, job: BatchJob, progress: BatchProgress | None = None
+        self,
+        in_flight: PartitionsInFlight,
+        partitions: int | tuple[int, ...],
+        job: BatchJob,
+        progress: BatchProgress | None = None,
     ) -> None:
-        """Run ``job`` on a handler thread; ``partition`` is busy until it returns (or is abandoned)."""
-        in_flight.add(partition)
+        """Run ``job`` on a handler thread; its ``partitions`` are busy until it returns (or is abandoned)."""
+        if isinstance(partitions, int):
+            partitions = (partitions,)
+        in_flight.add(partitions)
         with self._lock:
             self._running += 1
-        self._jobs.put(Job(in_flight, partition, job, progress))
+        self._jobs.put(Job(in_flight, partitions, job, progress))
 
     def running(self) -> list[Job]:
         """The jobs a handler thread is running now."""
@@ -187,7 +194,7 @@ class PartitionExecutor:
     def abandon(self, job: Job) -> bool:
         """Give up on ``job``, whose handler overran its timeout (the watchdog took its batch over).
 
-        Its partition is free again, and a new thread takes the stuck one's place; the stuck
+        Its partitions are free again, and a new thread takes the stuck one's place; the stuck
         thread exits when (if ever) its handler returns. False if the job finished meanwhile
         (nothing to replace).
         """
@@ -201,7 +208,7 @@ class PartitionExecutor:
             self._running -= 1
             self._changed.notify_all()
             self._start_thread()
-        job.in_flight.discard(job.partition)
+        job.in_flight.discard(job.partitions)
         self.finished.set()
         return True
 
@@ -262,7 +269,7 @@ class PartitionExecutor:
             try:
                 job.run(runner)
             except BaseException:  # the batch handed back what it could (batch.py)
-                logger.exception("batch of partition %s failed outside its handlers", job.partition)
+                logger.exception("batch of partition(s) %s failed outside its handlers", job.partitions)
                 close_all_quietly()
             finally:
                 with self._lock:
@@ -273,7 +280,7 @@ class PartitionExecutor:
                         self._running -= 1
                         self._changed.notify_all()
                 if not abandoned:
-                    job.in_flight.discard(job.partition)
+                    job.in_flight.discard(job.partitions)
                 self.finished.set()
             if abandoned:
                 logger.info("an abandoned handler thread's handler returned; the thread exits thread=%s", me.name)

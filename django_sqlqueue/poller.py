@@ -157,18 +157,23 @@ class Poller:
         # released by an operator) was not recorded: deliver none of its messages.
         batches = {key: batch for key, batch in batches.items() if key in held}
         watermarks = {key: by_key[key].watermark for key in batches}
+        messages = [m for key in sorted(batches) for m in batches[key]]
+        if self.executor is not None and self.watchdog is not None and self.executor.concurrency == 1:
+            # One handler thread: this poll's batches run one after another as one job (one
+            # hand-off per poll), as they would on this thread, while this thread watches
+            # their timeouts (watchdog.py).
+            progress = BatchProgress(sub, messages, watermarks, Outcomes())
+            job = functools.partial(self._run_on_handler_thread, sub, progress)
+            self.executor.submit(sub.in_flight, tuple(sorted(batches)), job, progress)
+            self.watchdog.wait_idle()
+            return len(messages), full or bool(parked)
         if self.executor is not None:
             for key in sorted(batches):
                 progress = BatchProgress(sub, batches[key], {key: watermarks[key]}, Outcomes())
                 job = functools.partial(self._run_on_handler_thread, sub, progress)
                 self.executor.submit(sub.in_flight, key, job, progress)
-            if self.executor.concurrency == 1 and self.watchdog is not None:
-                # One handler thread: this poll's batches run one after another, as they
-                # would on this thread, while the watchdog watches their timeouts.
-                self.watchdog.wait_idle()
             handled = sum(len(b) for b in batches.values())
             return handled, full or bool(parked)
-        messages = [m for key in sorted(batches) for m in batches[key]]
         handled = self.batches.run(sub, messages, watermarks, self.invoke)
         # Parking delayed messages is progress too: poll again at once, or ready messages
         # behind many delayed ones would wait through idle backoff.
