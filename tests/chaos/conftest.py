@@ -9,6 +9,7 @@ terminal summary, captured output or not.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -29,7 +30,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def chaos_report(request: pytest.FixtureRequest):
+def chaos_report(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Call with a run's report text: printed now and again in the terminal summary."""
 
     def add(text: str) -> None:
@@ -39,7 +40,7 @@ def chaos_report(request: pytest.FixtureRequest):
     return add
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     reports = config.stash.get(REPORTS, [])
     if reports:
         terminalreporter.section("chaos reports")

@@ -740,7 +740,12 @@ def analyse(run: ChaosRun, duration: float) -> Report:
         else:
             fault.recovery = resumed(index, gps, fault.at, other_than=fault.pid)
         fault.note = f"{len(gps)} partitions"
-        if fault.kind.startswith("SIGSTOP") and fault.recovery is not None and fault.at + fault.recovery < fault.until:
+        if (
+            fault.kind.startswith("SIGSTOP")
+            and fault.recovery is not None
+            and fault.until is not None
+            and fault.at + fault.recovery < fault.until
+        ):
             # Others took its partitions while it was stopped: once continued, it must notice.
             process = next((p for p in run.supervisor.every if p.pid == fault.pid), None)
             if process is not None and "lost leases" not in process.log()[fault.log_offset :]:

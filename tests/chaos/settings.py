@@ -39,4 +39,4 @@ SQLQUEUE = {
 }
 
 ROOT_URLCONF = "tests.chaos.urls"
-MIDDLEWARE: list[str] = []
+MIDDLEWARE = []

@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -29,7 +30,7 @@ HUNG_BOUND = 30.0
 
 
 @pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
-def test_nothing_is_lost_and_order_holds_under_chaos(kind, chaos_report):
+def test_nothing_is_lost_and_order_holds_under_chaos(kind: str, chaos_report: Callable[[str], None]) -> None:
     reason = missing().get(kind)
     if reason:
         pytest.skip(reason)
