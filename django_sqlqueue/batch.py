@@ -46,12 +46,14 @@ thread, or on a handler thread with ``--concurrency`` (``executor.py``).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import traceback
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from . import dlq
@@ -61,6 +63,7 @@ from .consumers import ReceivedMessage
 from .dbconn import close_all_quietly, tidy_connections
 from .exceptions import Reject, Retry
 from .handlers import HandlerRunner
+from .progress import BatchProgress
 from .retry import Retrying
 from .store import SCHEDULED, FetchedMessage, QueueStore
 from .subscription import Subscription
@@ -124,6 +127,17 @@ def expired_error(m: FetchedMessage, sub: Subscription) -> str:
     )
 
 
+def handler_timeout(sub: Subscription, received: ReceivedMessage) -> float | None:
+    """The timeout of one handler call: the consumer's ``timeout_for(message)`` if it gives
+    one (per-task timeouts; ``math.inf``: none), else the consumer's ``timeout`` (None: no limit)."""
+    timeout_for = sub.spec.timeout_for
+    if timeout_for is not None:
+        chosen = timeout_for(received)
+        if chosen is not None:
+            return None if math.isinf(chosen) else chosen
+    return sub.options.timeout
+
+
 class BatchRunner:
     """Runs batches of one worker; see the module docstring."""
 
@@ -152,27 +166,33 @@ class BatchRunner:
         messages: list[FetchedMessage],
         watermarks: Mapping[int, int],
         invoke: HandlerRunner,
+        progress: BatchProgress | None = None,
     ) -> int:
         """Run handlers over ``messages`` (offset order per partition), write the outcomes,
         and return how many were handled. ``watermarks``: each partition's watermark when
-        the batch was fetched."""
-        outcomes = Outcomes()
+        the batch was fetched. ``progress``: shared with the watchdog, which may take the
+        batch over (``progress.py``); then this returns at once and writes nothing."""
+        outcomes: Outcomes = progress.outcomes if progress is not None else Outcomes()
         handled = 0
         started = 0
         try:
-            for message in messages:
+            for index, message in enumerate(messages):
                 key = message.partition
                 started += 1
                 if self.stop_event.is_set() or key not in sub.held:
                     outcomes.unprocessed.append((key, message.offset))
                     continue
-                self.handle(sub, message, outcomes, invoke)
+                if not self.handle(sub, message, outcomes, invoke, progress=progress, index=index):
+                    return handled  # abandoned: the watchdog wrote what there was to write
                 handled += 1
         except BaseException as exc:
             # Not a handler's exception (handle() keeps those): the thread is being
             # killed, or the engine failed. Hand back what did not run, then let it go on.
-            self._hand_back(sub, messages[started:], exc)
+            if progress is None or progress.start_writing():
+                self._hand_back(sub, messages[started:], exc)
             raise
+        if progress is not None and not progress.start_writing():
+            return handled
         self.complete(sub, outcomes, watermarks)
         return handled
 
@@ -197,16 +217,30 @@ class BatchRunner:
         except Exception:
             logger.exception("could not hand the batch back group=%s topic=%s", sub.group, sub.topic)
 
-    def handle(self, sub: Subscription, m: FetchedMessage, outcomes: Outcomes, invoke: HandlerRunner) -> None:
-        """Call the handler on one message and add its outcome to ``outcomes``."""
+    def handle(
+        self,
+        sub: Subscription,
+        m: FetchedMessage,
+        outcomes: Outcomes,
+        invoke: HandlerRunner,
+        *,
+        progress: BatchProgress | None = None,
+        index: int = 0,
+    ) -> bool:
+        """Call the handler on one message and add its outcome to ``outcomes``.
+
+        With ``progress`` (``messages[index]`` of a batch on a handler thread) the call is
+        timed by the watchdog; return False if it abandoned the batch meanwhile (the
+        outcome is dropped: the watchdog already failed this attempt).
+        """
         if m.undecodable is not None:
             # Written by another program: no handler can take it, and retrying will not help.
             outcomes.dead.append((m, attempt_number(m), m.undecodable))
-            return
+            return True
         if dlq.is_for_other_group(m.metadata, sub.group):
             # A dead letter replayed for another group (ops replay): ack, do not handle.
             outcomes.acks[m.partition].append(m.offset)
-            return
+            return True
         attempt = attempt_number(m)
         received = ReceivedMessage(
             topic=sub.topic,
@@ -222,25 +256,55 @@ class BatchRunner:
             group=sub.group,
             _store=self.store,
             _subscriber=sub.name,
+            _on_progress=None if progress is None else progress.touch,
         )
         self.stats.add(delivered=1)
+        if progress is not None and not progress.begin(index, handler_timeout(sub, received)):
+            return False
+        error: BaseException | None = None
         try:
-            invoke(sub.spec.handler, received)
-        except Reject as exc:
-            outcomes.dead.append((m, attempt, describe_error(exc)))
-        except Exception as exc:  # noqa: BLE001 - any handler error is a nack
-            self._failed(sub, m, attempt, exc, outcomes)
-        except BaseException as exc:  # noqa: BLE001 - a failed attempt too; see the module docstring
-            self._failed(sub, m, attempt, exc, outcomes)
-            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                self._interrupt(sub, m, exc)
+            invoke(sub.spec.handler, received, progress)
+        except BaseException as exc:  # noqa: BLE001 - any handler error is a failed attempt; see _decide
+            error = exc
+        decide = partial(self._decide, sub, m, attempt, error, outcomes)
+        recorded = True
+        if progress is None:
+            decide()
         else:
-            outcomes.acks[m.partition].append(m.offset)
-            return
-        # A handler that failed may have broken the connection: not the next query's problem.
-        tidy_connections()
+            recorded = progress.record(decide)
+        if error is not None:
+            # A handler that failed may have broken the connection: not the next query's problem.
+            tidy_connections()
+            if isinstance(error, (SystemExit, KeyboardInterrupt)):
+                self._interrupt(sub, m, error)
+        if not recorded:
+            logger.info(
+                "a timed-out handler returned after all; its outcome is dropped (the attempt was failed and the "
+                "partition given up) group=%s topic=%s partition=%d offset=%d id=%s",
+                sub.group,
+                sub.topic,
+                m.partition,
+                m.offset,
+                m.id,
+            )
+        return recorded
 
-    def _failed(
+    def _decide(
+        self, sub: Subscription, m: FetchedMessage, attempt: int, error: BaseException | None, outcomes: Outcomes
+    ) -> None:
+        """Add the outcome of a handler call: ack, dead letter (``Reject``), or a failed attempt.
+
+        Any exception is a failed attempt, ``BaseException`` subclasses included (see the
+        module docstring for ``SystemExit`` and ``KeyboardInterrupt``).
+        """
+        if error is None:
+            outcomes.acks[m.partition].append(m.offset)
+        elif isinstance(error, Reject):
+            outcomes.dead.append((m, attempt, describe_error(error)))
+        else:
+            self.failed(sub, m, attempt, error, outcomes)
+
+    def failed(
         self, sub: Subscription, m: FetchedMessage, attempt: int, exc: BaseException, outcomes: Outcomes
     ) -> None:
         """A failed attempt: nack with a backoff delay (or the ``Retry``'s), or dead-letter the last one."""

@@ -5,12 +5,15 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
 ``runconsumer`` process holds:
 
 - **1 for the poll loop** (the main thread): polls, sequencing, deliveries, garbage
-  collection between polls, and -- with ``--concurrency 1`` -- the handlers and their
-  acks;
+  collection between polls, giving up timed-out batches, and -- with ``--concurrency 1``
+  and no handler timeout -- the handlers and their acks;
 - **1 for the lease keeper** thread (heartbeats, renewals), its own so that a slow
   handler never delays a renewal;
-- **N for the handler threads** with ``--concurrency N`` > 1: each writes its batches'
-  outcomes on its own connection (the poll loop keeps its own as well);
+- **N for the handler threads** with ``--concurrency N``: each writes its batches'
+  outcomes on its own connection (the poll loop keeps its own as well). With N = 1 only
+  when a handler has a timeout (the default), so that the poll loop is free to watch it
+  (``watchdog.py``). A thread abandoned in a timed-out handler keeps its connection until
+  the handler returns: up to N more, after which the worker exits;
 - **1 for the scheduler** thread, when the worker fires schedules (``SQLQUEUE["SCHEDULES"]``
   is not empty and ``--no-schedules`` is not given);
 - **1 for asgiref's thread-sensitive thread**, when a handler is ``async def``: the async
@@ -67,14 +70,18 @@ class ConnectionBudget:
         return " + ".join(f"{what} {n}" for what, n in parts if n) + f" = {self.total}"
 
 
-def connection_budget(*, concurrency: int, scheduler: bool, async_handlers: bool) -> ConnectionBudget:
+def connection_budget(
+    *, concurrency: int, scheduler: bool, async_handlers: bool, handler_threads: bool | None = None
+) -> ConnectionBudget:
     """Return the budget of a worker run with ``--concurrency concurrency``.
 
     ``scheduler``: the worker fires schedules; ``async_handlers``: one of its handlers is
-    ``async def``.
+    ``async def``; ``handler_threads``: batches run on handler threads (the default:
+    ``concurrency`` > 1; a worker whose handlers have a timeout uses one even with 1).
     """
+    threaded = concurrency > 1 if handler_threads is None else handler_threads or concurrency > 1
     return ConnectionBudget(
-        handler_threads=concurrency if concurrency > 1 else 0,
+        handler_threads=concurrency if threaded else 0,
         scheduler=1 if scheduler else 0,
         async_thread=1 if async_handlers else 0,
     )

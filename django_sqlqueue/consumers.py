@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import enum
 import logging
 import threading
 from collections.abc import Callable
@@ -41,6 +42,19 @@ logger = logging.getLogger(__name__)
 Handler = Callable[["ReceivedMessage"], Any]
 
 
+class _Default(enum.Enum):
+    """The type of :data:`DEFAULT`."""
+
+    DEFAULT = "default"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: ``timeout=DEFAULT``: the consumer's visibility timeout (``None`` means no timeout).
+DEFAULT = _Default.DEFAULT
+
+
 @dataclass(frozen=True)
 class ConsumerSpec:
     """A registered handler and its per-consumer options (None = the SQLQUEUE default)."""
@@ -51,6 +65,16 @@ class ConsumerSpec:
     batch_size: int | None = None
     visibility_timeout: float | None = None
     max_attempts: int | None = None
+    #: Seconds a handler may run without progress (``DEFAULT``: the visibility timeout;
+    #: None: no limit). See :mod:`django_sqlqueue.watchdog`.
+    timeout: float | _Default | None = DEFAULT
+    #: Per-message timeout, overriding ``timeout`` when it returns a number (the tasks
+    #: backend's per-task timeouts); called before the handler, must be cheap.
+    timeout_for: Callable[[ReceivedMessage], float | None] | None = None
+    #: Called by the watchdog when it gives up a timed-out handler, before the attempt's
+    #: outcome is written: ``on_timeout(message_id, payload, attempt, error, final)``
+    #: (the tasks backend records the failed attempt in the task's result).
+    on_timeout: Callable[[str, Any, int, BaseException, bool], None] | None = None
 
     @property
     def name(self) -> str:
@@ -58,10 +82,12 @@ class ConsumerSpec:
 
     def resolve(self, conf: QueueSettings) -> ConsumerOptions:
         """Return the effective options, filling defaults from the settings."""
+        visibility = self.visibility_timeout or conf.VISIBILITY_TIMEOUT
         return ConsumerOptions(
             batch_size=self.batch_size or conf.BATCH_SIZE,
-            visibility_timeout=self.visibility_timeout or conf.VISIBILITY_TIMEOUT,
+            visibility_timeout=visibility,
             max_attempts=self.max_attempts or conf.MAX_ATTEMPTS,
+            timeout=visibility if self.timeout is DEFAULT else self.timeout,
         )
 
 
@@ -70,6 +96,8 @@ class ConsumerOptions:
     batch_size: int
     visibility_timeout: float
     max_attempts: int
+    #: Seconds a handler may run without progress before its partition is given up (None: no limit).
+    timeout: float | None = None
 
 
 class ConsumerRegistry:
@@ -124,12 +152,21 @@ def consumer(
     batch_size: int | None = None,
     visibility_timeout: float | None = None,
     max_attempts: int | None = None,
+    timeout: float | _Default | None = DEFAULT,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``topic`` in consumer ``group``.
 
     Options left as None take ``SQLQUEUE``'s ``BATCH_SIZE``, ``VISIBILITY_TIMEOUT`` and
     ``MAX_ATTEMPTS``. ``batch_size=1`` serializes the partition strictly: one message in
     flight at a time.
+
+    ``timeout``: seconds one handler call may run without progress (each
+    ``message.extend_visibility()`` is progress and restarts it); by default the
+    consumer's visibility timeout, ``None`` for no limit. A sync handler that overruns
+    it is abandoned: the message is nacked with a
+    :class:`~django_sqlqueue.exceptions.HandlerTimeout` (dead-lettered on its last
+    attempt), its partition is given up and the worker goes on with a new handler
+    thread; an ``async def`` handler is cancelled. See :mod:`django_sqlqueue.watchdog`.
     """
     try:
         validate_topic(topic)
@@ -139,11 +176,13 @@ def consumer(
     _positive(batch_size, "batch_size", int)
     _positive(visibility_timeout, "visibility_timeout", float)
     _positive(max_attempts, "max_attempts", int)
+    if timeout is not DEFAULT:
+        _positive(timeout, "timeout", float)
 
     def decorator(fn: Handler) -> Handler:
         if not callable(fn):
             raise ConfigurationError(f"@consumer must decorate a callable, not {fn!r}.")
-        registry.register(ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts))
+        registry.register(ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts, timeout))
         return fn
 
     return decorator
@@ -177,12 +216,15 @@ class ReceivedMessage:
     _store: QueueStore | None = field(default=None, repr=False, compare=False)
     #: The subscriber (worker) that holds the partition's lease and delivered the message.
     _subscriber: str | None = field(default=None, repr=False, compare=False)
+    #: Called after a successful ``extend_visibility``: progress restarts the handler's timeout.
+    _on_progress: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def extend_visibility(self, seconds: float) -> bool:
         """Keep the message invisible to redelivery for ``seconds`` more, from now.
 
         Call it periodically during long work so the visibility timeout does not expire
-        and hand the message to another delivery. The retry count is not changed. Return
+        and hand the message to another delivery. The retry count is not changed. A
+        successful call is also progress: it restarts the consumer's ``timeout``. Return
         False (nothing written) when this worker no longer holds the message's partition:
         its delivery state belongs to the new holder then, like every other write.
         """
@@ -212,6 +254,8 @@ class ReceivedMessage:
         extended = self._store.extend_visibility(
             self.group, self.topic, self._subscriber, self.partition, self.offset, seconds
         )
+        if extended and self._on_progress is not None:
+            self._on_progress()
         if not extended:
             logger.warning(
                 "visibility not extended: the partition's lease was lost group=%s topic=%s partition=%d offset=%d",

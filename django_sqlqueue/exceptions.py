@@ -69,3 +69,17 @@ class WorkerCrashed(SQLQueueError):
     exits with a non-zero status, so a process manager restarts it: a worker without its
     lease keeper would poll on with leases nobody renews.
     """
+
+
+class HandlerTimeout(SQLQueueError, TimeoutError):
+    """A handler ran longer than its consumer's ``timeout`` without progress.
+
+    Recorded as the error of the failed attempt (the message is retried, and
+    dead-lettered on its last attempt); an ``async def`` handler is cancelled with it.
+    See :mod:`django_sqlqueue.watchdog`.
+    """
+
+
+class HandlersStuck(WorkerCrashed):
+    """More handler threads are stuck in handlers that overran their timeout than
+    ``--concurrency``: the worker exits for a restart (a Python thread cannot be killed)."""

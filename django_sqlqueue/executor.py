@@ -1,4 +1,4 @@
-"""Running the batches of different partitions in parallel (``runconsumer --concurrency N``).
+"""Running batches on handler threads (``runconsumer --concurrency N``, and handler timeouts).
 
 The poll loop (``worker.py``) stays the only place that decides what to deliver: it
 polls, records the deliveries and hands each partition's batch to a
@@ -26,6 +26,11 @@ polls, records the deliveries and hands each partition's batch to a
 - **A batch that fails outside its handlers** (an asynchronous ``SystemExit`` raised into
   the thread while it writes outcomes, say) is logged; the batch hands back the messages
   it had not run (``batch.py``) and the thread takes the next batch.
+- **A handler that overruns its timeout** (``watchdog.py``): the watchdog takes its
+  batch over and :meth:`PartitionExecutor.abandon` frees its partition and starts a new
+  thread in the stuck one's place, so the worker keeps ``N`` threads serving; the stuck
+  thread exits when (if ever) the handler returns (:attr:`PartitionExecutor.stuck`
+  counts them meanwhile).
 - **A handler thread that dies** (an exception raised into it between batches) is
   reported through ``on_death``: the worker stops, hands back what it can, releases its
   leases and exits non-zero for a restart, as when a side thread dies (``service.py``).
@@ -38,11 +43,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .dbconn import close_all_quietly
 from .handlers import HandlerRunner
+from .progress import BatchProgress
 from .service import log_death
 
 logger = logging.getLogger(__name__)
@@ -57,6 +64,21 @@ class DeadThread:
 
     title: str
     error: BaseException
+
+
+@dataclass(eq=False)
+class Job:
+    """One batch submitted to the executor."""
+
+    in_flight: PartitionsInFlight
+    partition: int
+    run: BatchJob
+    #: Shared with the watchdog (None: the batch is not timed).
+    progress: BatchProgress | None = None
+    #: The thread running it (None: queued).
+    thread: threading.Thread | None = None
+    #: Finished or abandoned (set once, under the executor's lock).
+    closed: bool = False
 
 
 class PartitionsInFlight:
@@ -104,19 +126,31 @@ class PartitionExecutor:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
+        self._name = name
         self._on_death = on_death
         #: Handler threads that died (normally none).
         self.dead: list[DeadThread] = []
-        self._jobs: queue.SimpleQueue[tuple[PartitionsInFlight, int, BatchJob] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        #: Notified whenever a batch finishes or is abandoned.
+        self._changed = threading.Condition(self._lock)
         self._running = 0
+        self._serial = 0
+        #: The jobs being run, by thread.
+        self._current: dict[threading.Thread, Job] = {}
+        #: Threads abandoned in a handler that overran its timeout and not back yet.
+        self._stuck: set[threading.Thread] = set()
         #: Set whenever a batch finishes: the poll loop waits on it instead of sleeping blindly.
         self.finished = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._thread_main, name=f"{name}-{i}", daemon=True) for i in range(concurrency)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        for _ in range(concurrency):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._thread_main, name=f"{self._name}-{self._serial}", daemon=True)
+        self._serial += 1
+        self._threads.append(thread)
+        thread.start()
 
     @property
     def free(self) -> int:
@@ -124,20 +158,79 @@ class PartitionExecutor:
         with self._lock:
             return self.concurrency - self._running
 
-    def submit(self, in_flight: PartitionsInFlight, partition: int, job: BatchJob) -> None:
-        """Run ``job`` on a handler thread; ``partition`` is busy until it returns."""
+    @property
+    def stuck(self) -> int:
+        """Handler threads abandoned in a handler that has not returned yet."""
+        with self._lock:
+            return len(self._stuck)
+
+    def submit(
+        self, in_flight: PartitionsInFlight, partition: int, job: BatchJob, progress: BatchProgress | None = None
+    ) -> None:
+        """Run ``job`` on a handler thread; ``partition`` is busy until it returns (or is abandoned)."""
         in_flight.add(partition)
         with self._lock:
             self._running += 1
-        self._jobs.put((in_flight, partition, job))
+        self._jobs.put(Job(in_flight, partition, job, progress))
+
+    def running(self) -> list[Job]:
+        """The jobs a handler thread is running now."""
+        with self._lock:
+            return list(self._current.values())
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no batch is queued or running, or a handler thread died (the worker
+        is stopping: a batch the dead thread had taken will never finish); True if so."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._running == 0 or bool(self.dead), timeout=timeout)
+
+    def abandon(self, job: Job) -> bool:
+        """Give up on ``job``, whose handler overran its timeout (the watchdog took its batch over).
+
+        Its partition is free again, and a new thread takes the stuck one's place; the stuck
+        thread exits when (if ever) its handler returns. False if the job finished meanwhile
+        (nothing to replace).
+        """
+        with self._lock:
+            if job.closed or job.thread is None:
+                return False
+            job.closed = True
+            self._current.pop(job.thread, None)
+            self._stuck.add(job.thread)
+            self._threads.remove(job.thread)
+            self._running -= 1
+            self._changed.notify_all()
+            self._start_thread()
+        job.in_flight.discard(job.partition)
+        self.finished.set()
+        return True
+
+    def close(self) -> None:
+        """Let the batches queued and in hand finish, then stop the threads (see :meth:`join`).
+
+        A thread that takes a stuck one's place meanwhile (``abandon``) inherits its stop
+        sentinel: the stuck thread never takes it.
+        """
+        with self._lock:
+            threads = len(self._threads)
+        for _ in range(threads):
+            self._jobs.put(None)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the threads to end after :meth:`close`; True if all did (stuck threads
+        are not waited for: they are daemon threads)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return not any(t.is_alive() for t in self._threads)
 
     def shutdown(self, timeout: float | None = None) -> bool:
-        """Let the batches in hand finish, then stop the threads; True if all stopped in time."""
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout)
-        return not any(t.is_alive() for t in self._threads)
+        """:meth:`close` and :meth:`join`: True if every thread stopped in time."""
+        self.close()
+        return self.join(timeout)
 
     def _thread_main(self) -> None:
         runner = HandlerRunner()
@@ -145,27 +238,43 @@ class PartitionExecutor:
             self._serve(runner)
         except BaseException as exc:  # noqa: BLE001 - logged and reported to the worker, which stops
             dead = DeadThread(f"handler {threading.current_thread().name}", exc)
-            self.dead.append(dead)
+            with self._lock:
+                self.dead.append(dead)
+                self._changed.notify_all()
             log_death(logger, dead.title, exc)
             if self._on_death is not None:
                 self._on_death(dead)
         finally:
             runner.close()
             close_all_quietly()
+            with self._lock:
+                self._stuck.discard(threading.current_thread())
 
     def _serve(self, runner: HandlerRunner) -> None:
+        me = threading.current_thread()
         while True:
-            item = self._jobs.get()
-            if item is None:
+            job = self._jobs.get()
+            if job is None:
                 return
-            in_flight, partition, job = item
+            with self._lock:
+                job.thread = me
+                self._current[me] = job
             try:
-                job(runner)
+                job.run(runner)
             except BaseException:  # the batch handed back what it could (batch.py)
-                logger.exception("batch of partition %s failed outside its handlers", partition)
+                logger.exception("batch of partition %s failed outside its handlers", job.partition)
                 close_all_quietly()
             finally:
-                in_flight.discard(partition)
                 with self._lock:
-                    self._running -= 1
+                    abandoned = job.closed
+                    if not abandoned:
+                        job.closed = True
+                        self._current.pop(me, None)
+                        self._running -= 1
+                        self._changed.notify_all()
+                if not abandoned:
+                    job.in_flight.discard(job.partition)
                 self.finished.set()
+            if abandoned:
+                logger.info("an abandoned handler thread's handler returned; the thread exits thread=%s", me.name)
+                return

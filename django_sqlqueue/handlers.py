@@ -14,6 +14,14 @@ executor thread and its connections, which the runner tidies after each async ha
 
 The outcome is the same as for a sync handler: returning acks, raising nacks,
 ``Retry(delay)`` nacks with that delay, ``Reject`` dead-letters.
+
+**Timeouts.** Given the batch's :class:`~django_sqlqueue.progress.BatchProgress`, an
+awaited handler is cancelled for real at its deadline: the handler's task gets
+``CancelledError`` at its current ``await`` (its ``finally`` blocks and ``async with``
+exits run), and the attempt fails with :class:`~django_sqlqueue.exceptions.HandlerTimeout`.
+The deadline follows progress: ``aextend_visibility`` moves it. A handler that blocks
+the loop (a sync call inside ``async def``) cannot be cancelled: the watchdog abandons
+its thread like a sync handler's (``watchdog.py``).
 """
 
 from __future__ import annotations
@@ -21,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .dbconn import tidy_connections
+from .exceptions import HandlerTimeout
+from .progress import BatchProgress
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +46,14 @@ class HandlerRunner:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(self, handler: Callable[[Any], Any], message: Any) -> Any:
-        """Call ``handler(message)``; if it returns an awaitable, await it on this runner's loop."""
+    def __call__(self, handler: Callable[[Any], Any], message: Any, progress: BatchProgress | None = None) -> Any:
+        """Call ``handler(message)``; if it returns an awaitable, await it on this runner's
+        loop, cancelled at the deadline ``progress`` gives (see the module docstring)."""
         result = handler(message)
         if inspect.isawaitable(result):
+            if progress is not None and progress.handler_deadline() is not None:
+                progress.cancel_in_place()
+                return self.run(_until_deadline(result, progress, _name(handler)))
             return self.run(result)
         return result
 
@@ -79,6 +94,35 @@ class HandlerRunner:
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+async def _until_deadline(awaitable: Awaitable[Any], progress: BatchProgress, name: str) -> Any:
+    """Await ``awaitable``; cancel it once ``progress``'s deadline passes (re-read on each
+    wake-up, so progress reported meanwhile moves it) and raise ``HandlerTimeout``."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
+        deadline = progress.handler_deadline()
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        if done:
+            return task.result()
+        deadline = progress.handler_deadline()
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    started, timeout = progress.started, progress.timeout
+    task.cancel()
+    try:
+        await task
+    except BaseException:  # noqa: BLE001 - CancelledError, or what the handler raised on its way out
+        pass
+    raise HandlerTimeout(
+        f"handler {name} ran {time.monotonic() - started:.1f}s, over its timeout of {timeout:g}s without progress; "
+        "it was cancelled"
+    )
+
+
+def _name(handler: Callable[..., Any]) -> str:
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', type(handler).__qualname__)}"
 
 
 async def _tidy_executor_connections() -> None:

@@ -5,8 +5,12 @@ poll loop never delays a renewal. Every ``LEASE_RENEW_INTERVAL`` it does, for ea
 subscription:
 
 1. heartbeat (``queue_subscriber_heartbeats``);
-2. fair share: cap = ceil(partitions / live subscribers); if computing it fails, no cap
-   (availability over fairness, as the RFC says);
+2. fair share: the cap is floor(partitions / live subscribers), plus one for the first
+   ``partitions % live`` subscribers in the sorted list of live names, so the caps add
+   up to the partition count exactly (a cap of ceil(partitions / live) for everyone
+   could leave the last subscriber with far less than its share: 26 of 4,096 partitions
+   instead of 54 among 75 workers). If computing it fails, no cap (availability over
+   fairness, as the RFC says);
 3. renew its leases -- a lease another subscriber stole after it expired is not
    renewed, and the partition drops out of ``held``;
 4. release the excess over the cap: the last ones in sorted key order, so the same
@@ -146,9 +150,15 @@ class LeaseKeeper(ServiceThread):
                 sub.ready.set()
 
     def fair_share(self, sub: Subscription) -> int | None:
-        """ceil(partitions / live subscribers), or None (no cap) if it cannot be computed.
+        """This subscriber's share, or None (no cap) if it cannot be computed.
 
-        Also records this subscriber's rank among the live ones (``sub.rank``).
+        The share is floor(partitions / live), plus one if this subscriber's rank in the
+        sorted live names is below ``partitions % live``: every live subscriber computes
+        the same split, and the shares add up to the partitions, so a subscriber below its
+        share always finds the partitions it lacks released by those above theirs. The
+        larger shares go to the ranks whose preferred slice (``p % live == rank``) is the
+        larger one. A subscriber not in the list yet (its heartbeat unseen) takes
+        ceil(partitions / live). Never less than 1. Also records ``sub.rank``.
         """
         store, lease = self.store, self.conf.LEASE_DURATION
         try:
@@ -163,7 +173,12 @@ class LeaseKeeper(ServiceThread):
         active = len(names)
         sub.rank = names.index(sub.name) if sub.name in names else None
         sub.active = active
-        sub.cap = max(1, math.ceil(total / max(active, 1)))
+        if sub.rank is None:
+            share = math.ceil(total / max(active, 1))
+        else:
+            base, extra = divmod(total, active)
+            share = base + (1 if sub.rank < extra else 0)
+        sub.cap = max(1, share)
         return sub.cap
 
     def rebalance(self, sub: Subscription) -> None:

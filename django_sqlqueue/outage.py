@@ -85,6 +85,9 @@ class OutageReporter:
         self._last_report = 0.0
         #: Threads (idents) whose last operation failed because the database was unreachable.
         self._failing: set[int] = set()
+        #: Outages so far: a thread whose connection sat idle through one closes it before
+        #: using it again (its server side is likely gone).
+        self.outages = 0
 
     @property
     def in_outage(self) -> bool:
@@ -105,6 +108,7 @@ class OutageReporter:
             self._failing.add(threading.get_ident())
             if self._since is None:
                 self._since = self._last_report = now
+                self.outages += 1
                 logger.warning(
                     "database unreachable, retrying until it is back alias=%s error=%s", self.alias, first_line(exc)
                 )

@@ -13,7 +13,10 @@ Per poll and subscription (see ``worker.py`` for the cadence):
    delayed messages are parked, messages out of attempts are dead-lettered;
 4. ``mark_delivered``: one transaction recording the deliveries before any handler runs,
    fenced by the leases -- a partition lost since the poll began delivers nothing;
-5. the batches run (``batch.py``): on this thread, or one handler thread per partition.
+5. the batches run (``batch.py``): on this thread when no handler of the worker has a
+   timeout and ``--concurrency`` is 1; otherwise on handler threads (``executor.py``),
+   one batch per partition -- with ``--concurrency 1`` the poll waits for them, watching
+   their timeouts (``watchdog.py``).
 
 A partition whose batch is still on a handler thread is not polled again until its
 outcomes are written, so order within a partition holds.
@@ -23,18 +26,22 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections import defaultdict
 from dataclasses import replace
 
-from .batch import BatchRunner, attempt_number, expired_error
+from .batch import BatchRunner, Outcomes, attempt_number, expired_error
 from .conf import QueueSettings
-from .dbconn import tidy_connections
+from .dbconn import close_all_quietly, tidy_connections
 from .executor import PartitionExecutor
 from .handlers import HandlerRunner
+from .outage import OutageReporter
+from .progress import BatchProgress
 from .retry import Retrying
 from .sequencer import Sequencer
 from .store import FetchedMessage, FetchPlan, PartitionState, QueueStore
 from .subscription import Subscription
+from .watchdog import Watchdog
 
 # Logged as the worker (the name projects configure), like batch.py.
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -52,6 +59,7 @@ class Poller:
         db: Retrying,
         batches: BatchRunner,
         invoke: HandlerRunner,
+        outage: OutageReporter | None = None,
     ) -> None:
         self.store = store
         self.sequencer = sequencer
@@ -59,8 +67,13 @@ class Poller:
         self.db = db
         self.batches = batches
         self.invoke = invoke
-        #: The worker's handler threads (``--concurrency`` > 1), set when it starts.
+        self.outage = outage
+        #: Per handler thread: the outage count when it last used its connections.
+        self._seen = threading.local()
+        #: The worker's handler threads and their watchdog, set when it starts (None:
+        #: batches run on this thread).
         self.executor: PartitionExecutor | None = None
+        self.watchdog: Watchdog | None = None
         self._turn = 0
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
@@ -104,7 +117,7 @@ class Poller:
                 continue  # strict serialization: wait for the message in flight
             if fresh or due:
                 plans.append(FetchPlan(state.partition, fresh_after if fresh else None, due))
-        if self.executor is not None:
+        if self.executor is not None and self.executor.concurrency > 1:
             plans = self._share_slots(plans)
         if not plans:
             return 0, False
@@ -146,8 +159,13 @@ class Poller:
         watermarks = {key: by_key[key].watermark for key in batches}
         if self.executor is not None:
             for key in sorted(batches):
-                job = functools.partial(self._run_on_handler_thread, sub, batches[key], {key: watermarks[key]})
-                self.executor.submit(sub.in_flight, key, job)
+                progress = BatchProgress(sub, batches[key], {key: watermarks[key]}, Outcomes())
+                job = functools.partial(self._run_on_handler_thread, sub, progress)
+                self.executor.submit(sub.in_flight, key, job, progress)
+            if self.executor.concurrency == 1 and self.watchdog is not None:
+                # One handler thread: this poll's batches run one after another, as they
+                # would on this thread, while the watchdog watches their timeouts.
+                self.watchdog.wait_idle()
             handled = sum(len(b) for b in batches.values())
             return handled, full or bool(parked)
         messages = [m for key in sorted(batches) for m in batches[key]]
@@ -167,11 +185,16 @@ class Poller:
         rotated = plans[self._turn :] + plans[: self._turn]
         return rotated[:free]
 
-    def _run_on_handler_thread(
-        self, sub: Subscription, messages: list[FetchedMessage], watermarks: dict[int, int], invoke: HandlerRunner
-    ) -> int:
+    def _run_on_handler_thread(self, sub: Subscription, progress: BatchProgress, invoke: HandlerRunner) -> int:
+        outages = 0 if self.outage is None else self.outage.outages
+        if getattr(self._seen, "outages", 0) != outages:
+            # The database was unreachable since this thread's last batch: its idle
+            # connection is likely dead server-side; a new one, rather than a handler
+            # failing on the stale one.
+            close_all_quietly()
+            self._seen.outages = outages
         tidy_connections()
-        return self.batches.run(sub, messages, watermarks, invoke)
+        return self.batches.run(sub, list(progress.messages), progress.watermarks, invoke, progress)
 
     def _select(
         self, sub: Subscription, fetched: list[FetchedMessage], states: dict[int, PartitionState]

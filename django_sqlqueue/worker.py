@@ -18,6 +18,10 @@ With ``concurrency`` > 1 (``runconsumer --concurrency N``) steps 4 and 5 of each
 partition's batch run on one of N handler threads (``executor.py``) while the poll loop
 goes on polling the other partitions; a partition with a batch on a handler thread is not
 fetched again until that batch's outcomes are written, so order within a partition holds.
+With ``concurrency`` 1 and a handler timeout (the default: each consumer's visibility
+timeout) the batches run on one handler thread while the poll loop waits. Either way the
+poll loop is the watchdog of handler timeouts (``watchdog.py``): a handler that stops
+making progress gives its partition up instead of stalling it.
 
 Polling adapts: immediately again after a full batch, ``POLL_INTERVAL`` after a partial
 one, and, while idle, an interval doubling up to ``POLL_INTERVAL_MAX``.
@@ -48,7 +52,7 @@ from .collector import GarbageCollector
 from .conf import QueueSettings, get_settings
 from .consumers import ConsumerSpec
 from .dbconn import close_quietly, tidy_connections
-from .exceptions import ConfigurationError, WorkerCrashed
+from .exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from .executor import DeadThread, PartitionExecutor
 from .handlers import HandlerRunner
 from .leasing import LeaseKeeper
@@ -61,6 +65,7 @@ from .sequencer import Sequencer
 from .service import ServiceThread
 from .store import QueueStore
 from .subscription import Subscription
+from .watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +94,7 @@ class Worker:
             raise ConfigurationError(f"concurrency must be a positive integer, got {concurrency!r}.")
         self.concurrency = concurrency
         self.executor: PartitionExecutor | None = None
-        self._turn = 0
+        self.watchdog: Watchdog | None = None
         self.conf = conf or get_settings()
         self.name = name
         self.store = QueueStore(using or self.conf.DATABASE)
@@ -106,7 +111,13 @@ class Worker:
         self.stats = Stats()
         self.batches = BatchRunner(self.store, self.conf, stats=self.stats, stop_event=self.stop_event, db=self.db)
         self.poller = Poller(
-            self.store, self.sequencer, self.conf, db=self.db, batches=self.batches, invoke=self.invoke
+            self.store,
+            self.sequencer,
+            self.conf,
+            db=self.db,
+            batches=self.batches,
+            invoke=self.invoke,
+            outage=self.outage,
         )
         self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
         #: The side thread or handler thread whose death stopped the worker (None: none died).
@@ -146,18 +157,22 @@ class Worker:
         self.keeper.start(on_death=self._service_died)
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
-        if self.concurrency > 1:
+        if self.uses_handler_threads:
             self.executor = self.poller.executor = PartitionExecutor(self.concurrency, on_death=self._service_died)
+            self.watchdog = self.poller.watchdog = Watchdog(
+                self.executor, self.store, self.batches, db=self.db, on_stuck=self._service_died
+            )
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
         try:
             self._loop()
         finally:
-            if self.executor is not None:
+            if self.executor is not None and self.watchdog is not None:
                 # Drain: the batches in hand finish their current message, hand the rest
-                # back and write their outcomes before the leases are released.
+                # back and write their outcomes before the leases are released; a handler
+                # that overruns its timeout meanwhile is given up, not waited for.
                 self.executor.finished.set()
-                self.executor.shutdown()
+                self.watchdog.drain()
             for service in reversed(self.services):
                 service.stop()
             self.keeper.release_all()
@@ -181,6 +196,9 @@ class Worker:
             raise interrupted
         if self.crashed is not None:
             error = self.crashed.error
+            if isinstance(error, HandlersStuck):
+                logger.error("worker exiting subscriber=%s: %s; leases released", self.name, error)
+                raise error
             logger.error(
                 "worker exiting subscriber=%s: its %s thread died (%s: %s); leases released, in-flight messages "
                 "handed back",
@@ -207,10 +225,19 @@ class Worker:
             if service.died:
                 self._service_died(service)
 
+    @property
+    def uses_handler_threads(self) -> bool:
+        """Whether batches run on handler threads: with ``--concurrency`` > 1, or when a
+        handler has a timeout (the poll loop must stay free to watch it)."""
+        return self.concurrency > 1 or any(
+            sub.options.timeout is not None or sub.spec.timeout_for is not None for sub in self.subscriptions
+        )
+
     def connections_needed(self) -> ConnectionBudget:
         """The connections this worker holds on the queue's alias (``budget.py``)."""
         return connection_budget(
             concurrency=self.concurrency,
+            handler_threads=self.uses_handler_threads,
             scheduler=self.scheduler is not None,
             async_handlers=any(_is_async(sub.spec.handler) for sub in self.subscriptions),
         )
@@ -287,6 +314,8 @@ class Worker:
         interval = conf.POLL_INTERVAL
         while not self.stop_event.is_set():
             self._supervise()
+            if self.watchdog is not None:
+                self.watchdog.check()
             tidy_connections()
             started = time.monotonic()
             full = delivered = False
@@ -306,9 +335,9 @@ class Worker:
             self.collector.run_if_due()
             executor = self.executor
             if executor is not None and executor.free == 0:
-                # Every handler thread has a batch: poll again when one finishes.
-                executor.finished.wait(conf.POLL_INTERVAL_MAX)
-                executor.finished.clear()
+                # Every handler thread has a batch: poll again when one finishes (or a
+                # handler's timeout is due: the watchdog runs at the top of the loop).
+                self._pause(conf.POLL_INTERVAL_MAX)
                 interval = conf.POLL_INTERVAL
                 continue
             if full:
@@ -324,12 +353,19 @@ class Worker:
 
     def _pause(self, seconds: float) -> None:
         """Sleep between polls; with handler threads, wake early when a batch finishes
-        (its partition may have more work, and it is fetchable again)."""
-        if self.executor is None:
+        (its partition may have more work, and it is fetchable again), and watch the
+        running handlers' timeouts meanwhile."""
+        executor, watchdog = self.executor, self.watchdog
+        if executor is None or watchdog is None:
             self.stop_event.wait(seconds)
             return
-        if self.executor.finished.wait(seconds):
-            self.executor.finished.clear()
+        end = time.monotonic() + seconds
+        while (remaining := end - time.monotonic()) > 0:
+            due = watchdog.next_check()
+            if executor.finished.wait(remaining if due is None else min(remaining, due)):
+                executor.finished.clear()
+                return
+            watchdog.check()
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""

@@ -192,13 +192,14 @@ def running(
     name: str = "t1",
     conf: QueueSettings | None = None,
     allow_errors: bool = False,
+    concurrency: int = 1,
 ) -> Iterator[Worker]:
     """Run ``Worker(specs).run()`` on a thread for the duration of the block.
 
     On exit the worker is stopped and joined; an exception of ``run()`` or an ERROR logged
     by the engine (a failed poll or lease round) fails the test.
     """
-    worker = Worker(specs, name=name, conf=conf or fast_conf())
+    worker = Worker(specs, name=name, conf=conf or fast_conf(), concurrency=concurrency)
     errors: list[BaseException] = []
     log = _ErrorLog()
     logger = logging.getLogger("django_sqlqueue")

@@ -259,8 +259,8 @@ def test_a_batch_killed_outside_its_handlers_hands_back_what_did_not_run(monkeyp
     runner, sub, fetched, _ = setup(lambda m: seen.append(m.offset), 3)
     original = runner.handle
 
-    def handle(sub, m, outcomes, invoke):
-        original(sub, m, outcomes, invoke)
+    def handle(sub, m, outcomes, invoke, **kwargs):
+        original(sub, m, outcomes, invoke, **kwargs)
         if m.offset == 1:
             raise SystemExit  # as an asynchronous exception raised into the thread would
 

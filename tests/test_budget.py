@@ -38,10 +38,17 @@ class AsyncCallable:
         pass
 
 
-def test_a_plain_worker_holds_one_connection_for_its_poll_loop_and_one_for_its_lease_keeper():
+def test_a_plain_worker_holds_a_connection_for_its_poll_loop_lease_keeper_and_handler_thread():
+    # Handlers have a timeout by default (their visibility timeout): they run on a handler
+    # thread the poll loop watches (watchdog.py), which has its own connection.
     worker = Worker([spec("budget.t", "g", noop)], name="w", conf=fast_conf())
+    assert worker.connections_needed() == ConnectionBudget(poll_loop=1, lease_keeper=1, handler_threads=1)
+    assert worker.connections_needed().describe() == "poll loop 1 + lease keeper 1 + handler threads 1 = 3"
+
+
+def test_without_handler_timeouts_handlers_run_on_the_poll_loop_so_it_is_two():
+    worker = Worker([spec("budget.t", "g", noop, timeout=None)], name="w", conf=fast_conf())
     assert worker.connections_needed() == ConnectionBudget(poll_loop=1, lease_keeper=1)
-    assert worker.connections_needed().total == 2
     assert worker.connections_needed().describe() == "poll loop 1 + lease keeper 1 = 2"
 
 
@@ -62,8 +69,9 @@ def test_handler_threads_a_scheduler_and_async_handlers_each_add_their_connectio
     )
 
 
-def test_concurrency_one_runs_handlers_on_the_poll_loop_so_it_adds_no_connection():
-    assert connection_budget(concurrency=1, scheduler=False, async_handlers=False).total == 2
+def test_concurrency_one_adds_one_handler_thread_only_when_handlers_have_a_timeout():
+    assert connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=False).total == 2
+    assert connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=True).total == 3
     assert connection_budget(concurrency=2, scheduler=False, async_handlers=False).total == 4
     assert connection_budget(concurrency=4, scheduler=True, async_handlers=False).total == 7  # README's example
 

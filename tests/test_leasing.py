@@ -61,14 +61,57 @@ def test_subscribers_that_count_each_other_ask_for_disjoint_partitions():
     picks = {}
     for sub in subs:
         cap = keeper.fair_share(sub)
-        assert cap == 3
+        assert cap is not None
         picks[sub.name] = sorted(free, key=lambda p, sub=sub: keeper._preference(sub, p))[:cap]
     assert [subs[i].rank for i in range(3)] == [1, 0, 2]
+    assert [subs[i].cap for i in range(3)] == [3, 3, 2]  # 8 = 3 + 3 + 2: the two first ranks take one more
     assert sorted(picks["w-a"]) == [0, 3, 6] and sorted(picks["w-b"]) == [1, 4, 7]
-    assert {2, 5} <= set(picks["w-c"])  # its slice has two; the third is someone else's
+    assert sorted(picks["w-c"]) == [2, 5]  # its slice has two, and so has its share
     for sub in subs:  # now acquiring one after the other: the first two get whole shares
         keeper.rebalance(sub)
     assert len(subs[0].held) == len(subs[1].held) == 3 and subs[2].held == frozenset({2, 5})
+
+
+def test_shares_add_up_to_the_partitions_so_no_subscriber_is_left_below_its_share():
+    """10 partitions, 4 subscribers: shares 3, 3, 2, 2 by rank. A cap of ceil(10 / 4) = 3 for
+    everyone let the first three take 3 each and left the last one with 1 for good: nobody
+    held more than the cap, so nobody released any (issue 14, bench/scale.py: one worker of
+    20 held 20 of 512 partitions while the others held 25-26)."""
+
+    topic = "w.shares"
+    conf = fast_conf(TOPICS={topic: {"partitions": 10}})
+    store().register_topic(topic, 10)
+    subs = [Subscription.create(spec(topic, "g", lambda m: None), f"w-{i}", conf) for i in range(4)]
+    keeper = LeaseKeeper(subs, store(), conf)
+    keeper.announce()
+    for _ in range(3):  # rounds in the order of the names, as workers taking turns would
+        for sub in subs:
+            keeper.rebalance(sub)
+    assert [sub.cap for sub in subs] == [3, 3, 2, 2]
+    assert [len(sub.held) for sub in subs] == [3, 3, 2, 2]
+    assert PartitionLease.objects.count() == 10
+
+
+def test_a_subscriber_whose_share_shrinks_gives_one_back_to_the_one_below_its_share():
+    """A newcomer whose name sorts first shifts every rank: the subscriber that drops out of
+    the larger shares releases one partition, and the one now entitled to it takes it."""
+
+    topic = "w.shift"
+    conf = fast_conf(TOPICS={topic: {"partitions": 7}})
+    store().register_topic(topic, 7)
+    b, c = (Subscription.create(spec(topic, "g", lambda m: None), name, conf) for name in ("w-b", "w-c"))
+    keeper = LeaseKeeper([b, c], store(), conf)
+    keeper.announce()
+    for sub in (b, c, b, c):
+        keeper.rebalance(sub)
+    assert (len(b.held), len(c.held)) == (4, 3)  # 7 = 4 + 3
+    a = Subscription.create(spec(topic, "g", lambda m: None), "w-a", conf)
+    keeper.subscriptions.append(a)
+    for _ in range(3):
+        for sub in (a, b, c):
+            keeper.rebalance(sub)
+    assert [(sub.rank, sub.cap, len(sub.held)) for sub in (a, b, c)] == [(0, 3, 3), (1, 2, 2), (2, 2, 2)]
+    assert PartitionLease.objects.count() == 7
 
 
 def test_lease_keeper_releases_and_takes_nothing_of_a_paused_topic():

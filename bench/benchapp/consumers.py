@@ -2,6 +2,7 @@
 
 - ``bench.drain``: does nothing but count (the cost measured is the queue's, not the handler's).
   ``BENCH_BATCH_SIZE`` (default 100) is its batch size.
+- ``bench.scale`` (group ``scale``): no-op, for ``bench/scale.py`` (the topic stays empty).
 - ``bench.latency``: the payload carries the publisher's ``time.time()`` as ``"t"`` (and a run
   label as ``"run"``); the handler appends ``"<run> <latency seconds>"`` to a per-process file in
   ``BENCH_LATENCY_DIR``, flushed after every line, so the record survives the graceful SIGTERM
@@ -50,3 +51,8 @@ def latency(message) -> None:  # type: ignore[no-untyped-def]
     out = _latency_out()
     out.write(f"{payload.get('run', '-')} {received - payload['t']:.6f}\n")
     out.flush()
+
+
+@consumer("bench.scale", group="scale")
+def scale(message) -> None:  # type: ignore[no-untyped-def]
+    """``bench/scale.py``: the topic stays empty; only leases and idle polling are measured."""

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from .. import dlq
 from ..conf import get_settings
+from ..consumers import DEFAULT
 from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish
 from ..validation import validate_group, validate_message_id, validate_topic
@@ -40,10 +41,20 @@ from .compat import (
 from .keys import current_key
 from .lookup import load_result
 from .replay import replay_task
+from .timeouts import parse_timeout
 
 #: Keys of ``OPTIONS``.
 OPTION_KEYS = frozenset(
-    {"TOPIC_PREFIX", "GROUP", "MAX_ATTEMPTS", "VISIBILITY_TIMEOUT", "BATCH_SIZE", "STRICT", "RESULT_RETENTION"}
+    {
+        "TOPIC_PREFIX",
+        "GROUP",
+        "MAX_ATTEMPTS",
+        "VISIBILITY_TIMEOUT",
+        "TIMEOUT",
+        "BATCH_SIZE",
+        "STRICT",
+        "RESULT_RETENTION",
+    }
 )
 #: Days finished results are kept by ``manage.py queue_prune_task_results`` by default.
 DEFAULT_RESULT_RETENTION = 7 * 24 * 3600.0
@@ -57,6 +68,15 @@ class BackendOptions:
     visibility_timeout: float | None
     batch_size: int | None
     result_retention: float
+    #: ``OPTIONS["TIMEOUT"]``: seconds, None (no limit), a dict of those by queue name, or
+    #: DEFAULT (the visibility timeout); see ``tasks/timeouts.py``.
+    timeout: Any = DEFAULT
+
+    def timeout_for_queue(self, queue_name: str) -> Any:
+        """The consumer ``timeout`` of one queue (a number, None, or DEFAULT)."""
+        if isinstance(self.timeout, dict):
+            return self.timeout.get(queue_name, DEFAULT)
+        return self.timeout
 
 
 def parse_options(alias: str, options: Any) -> BackendOptions:
@@ -102,6 +122,7 @@ def parse_options(alias: str, options: Any) -> BackendOptions:
         visibility_timeout=positive("VISIBILITY_TIMEOUT", float),
         batch_size=batch_size,
         result_retention=DEFAULT_RESULT_RETENTION if retention is None else retention,
+        timeout=parse_timeout(f"{where}['TIMEOUT']", options["TIMEOUT"]) if "TIMEOUT" in options else DEFAULT,
     )
 
 
@@ -120,6 +141,13 @@ class SQLQueueBackend(BaseTaskBackend):
             raise ConfigurationError(f"TASKS[{alias!r}]['QUEUES'] must name at least one queue.")
         for name in sorted(self.queues):
             self.topic_for(name)  # validates the queue name as part of a topic
+        if isinstance(self.sqlqueue.timeout, dict):
+            unknown = sorted(set(self.sqlqueue.timeout) - set(self.queues))
+            if unknown:
+                raise ConfigurationError(
+                    f"TASKS[{alias!r}]['OPTIONS']['TIMEOUT'] names queue(s) not in QUEUES: "
+                    f"{', '.join(map(str, unknown))}."
+                )
         # apps.py registers it too when TASKS names this backend; also here for a backend
         # configured otherwise (a settings override, a backend built by hand). Idempotent.
         dlq.register_replay_hook(replay_task)

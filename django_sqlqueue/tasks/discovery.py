@@ -41,7 +41,7 @@ def task_consumer_specs() -> list[ConsumerSpec]:
         opts = backend.sqlqueue
         max_attempts = opts.max_attempts or get_settings().MAX_ATTEMPTS
         handler = handler_for(alias, max_attempts)
-        for topic in backend.topics().values():
+        for queue_name, topic in backend.topics().items():
             specs.append(
                 ConsumerSpec(
                     topic=topic,
@@ -50,6 +50,9 @@ def task_consumer_specs() -> list[ConsumerSpec]:
                     batch_size=opts.batch_size,
                     visibility_timeout=opts.visibility_timeout,
                     max_attempts=max_attempts,
+                    timeout=opts.timeout_for_queue(queue_name),
+                    timeout_for=handler.timeout_for,
+                    on_timeout=handler.timed_out,
                 )
             )
     return specs

@@ -11,7 +11,11 @@ consumer semantics:
   ``errors`` meanwhile, then FAILED and the message goes to the dead-letter topic;
 - ``django_sqlqueue.Retry(delay=...)`` retries after that delay, ``Reject`` fails at once;
 - a worker killed mid-task leaves the message delivered but not acked: another worker
-  runs it again once the visibility timeout has passed (the result shows the attempt).
+  runs it again once the visibility timeout has passed (the result shows the attempt);
+- a task that overruns its timeout (``tasks/timeouts.py``) is a failed attempt: the
+  watchdog records the ``HandlerTimeout`` in its result (:meth:`TaskHandler.timed_out`)
+  and the attempt is retried or dead-lettered; should the task return after all, its
+  outcome is not recorded (``results.finish`` writes only over its own attempt).
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import json
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import Reject
 from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
+from .timeouts import timeout_of
 
 if TYPE_CHECKING:
     from ..consumers import ReceivedMessage
@@ -49,6 +54,25 @@ class TaskHandler:
         from .compat import task_backends
 
         return task_backends[self.alias]  # type: ignore[return-value]
+
+    def timeout_for(self, message: ReceivedMessage) -> float | None:
+        """The task's own timeout (``task_timeout``), or None: its queue's."""
+        try:
+            task = results.resolve_task(message.payload["task"])
+        except Exception:  # noqa: BLE001 - the handler rejects it with the reason
+            return None
+        return timeout_of(task)
+
+    def timed_out(self, message_id: str, payload: Any, attempt: int, error: BaseException, final: bool) -> None:
+        """The watchdog gave the task's attempt up: record the timeout in its result."""
+        result_id = (payload.get("result_id") if isinstance(payload, dict) else None) or message_id
+        record = results.time_out(result_id, error=error, final=final)
+        if record is not None and final:
+            try:
+                task = results.resolve_task(payload["task"], payload.get("queue_name"))
+            except Exception:  # noqa: BLE001 - the result is recorded; only the signal needs the task
+                return
+            task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
 
     def __call__(self, message: ReceivedMessage) -> None:
         backend = self.backend()
@@ -83,11 +107,12 @@ class TaskHandler:
             json.dumps(value)  # a return value the result row cannot store fails the attempt
         except Exception as exc:
             final = isinstance(exc, Reject) or message.attempt >= self.max_attempts
-            results.finish(record, error=exc, final=final)
-            if final:
+            if results.finish(record, error=exc, final=final) and final:
                 task_finished.send(type(backend), task_result=results.to_result(record, task))
             raise
-        results.finish(record, value=value, final=True)
+        if not results.finish(record, value=value, final=True):
+            logger.info("a timed-out task returned after all; its outcome is not recorded id=%s", result_id)
+            return
         done = results.to_result(record, task)
         assert done.status == TaskResultStatus.SUCCESSFUL
         task_finished.send(type(backend), task_result=done)

@@ -130,9 +130,13 @@ def begin(
     return found
 
 
-def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException | None = None, final: bool) -> None:
+def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException | None = None, final: bool) -> bool:
     """Record the attempt's outcome: SUCCESSFUL with ``value``, or an error (FAILED if
-    ``final``, else READY: it waits for its retry)."""
+    ``final``, else READY: it waits for its retry).
+
+    Only over its own attempt: False (nothing written) when the row moved on meanwhile --
+    the attempt timed out (:func:`time_out`) or a later delivery began.
+    """
     using = get_settings().DATABASE
     now = timezone.now()
     update: dict[str, Any] = {"updated_at": now}
@@ -142,13 +146,33 @@ def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException 
     else:
         entry = {
             "exception_class_path": f"{type(error).__module__}.{type(error).__qualname__}",
+            # A timed-out attempt's error was never raised: its message is its traceback.
             "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
         }
         record.errors = [*record.errors, entry]
         record.status = TaskResultStatus.FAILED if final else TaskResultStatus.READY
         record.finished_at = now if final else None
         update |= {"status": record.status, "errors": record.errors, "finished_at": record.finished_at}
-    TaskResultRecord.objects.using(using).filter(id=record.id).update(**update)
+    own_attempt = {"status": TaskResultStatus.RUNNING, "last_attempted_at": record.last_attempted_at}
+    return TaskResultRecord.objects.using(using).filter(id=record.id, **own_attempt).update(**update) == 1
+
+
+def time_out(result_id: str, *, error: BaseException, final: bool) -> TaskResultRecord | None:
+    """Record a timed-out attempt (the watchdog gave it up): an entry in ``errors``,
+    FAILED if ``final`` else READY. None when the row is not RUNNING (already finished)."""
+    using = get_settings().DATABASE
+    with transaction.atomic(using=using):
+        record = (
+            TaskResultRecord.objects.using(using)
+            .select_for_update()
+            .filter(id=result_id, status=TaskResultStatus.RUNNING)
+            .first()
+        )
+        if record is None:
+            return None
+        if not finish(record, error=error, final=final):
+            return None
+    return record
 
 
 def prune(*, older_than: float, backend: str | None = None, dry_run: bool = False) -> int:

@@ -8,6 +8,8 @@ its code had crashed: ``SystemExit`` is raised in it asynchronously),
 ``{"exit_first": code}`` (attempt 1 only: the handler raises ``SystemExit(code)``, as a
 library calling ``sys.exit()`` would).
 
+``proc.hang`` (group ``hang``) hangs forever on ``{"hang": true}`` (tests/test_watchdog_processes.py).
+
 ``proc.async`` is consumed by ``async def`` handlers (group ``async``) recording through
 the async ORM, with the same script.
 """
@@ -96,3 +98,14 @@ for group in ("g1", "g2"):
     consumer("proc.events", group=group, batch_size=10, visibility_timeout=4, max_attempts=3)(behave)
 consumer("proc.strict", group="strict", batch_size=1, visibility_timeout=4)(behave)
 consumer("proc.async", group="async", batch_size=5, visibility_timeout=VISIBILITY_TIMEOUT, max_attempts=3)(behave_async)
+
+
+def hang_or_record(message: ReceivedMessage) -> None:
+    """``{"hang": true}``: never returns (an HTTP call without a timeout); the rest are recorded."""
+    Handled.objects.create(**_record(message))
+    if isinstance(message.payload, dict) and message.payload.get("hang"):
+        threading.Event().wait()
+
+
+# tests/test_watchdog_processes.py: the issue's hung-handler case (timeout = visibility timeout).
+consumer("proc.hang", group="hang", batch_size=10, visibility_timeout=3, max_attempts=2)(hang_or_record)

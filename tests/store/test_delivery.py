@@ -29,6 +29,7 @@ from ..engine_helpers import (
     now_minus,
     offset_of,
     publish_to,
+    qn,
     row,
     sequence,
     store,
@@ -67,6 +68,40 @@ def test_poll_state_returns_only_partitions_validly_leased_by_the_subscriber():
         assert st.in_flight == 0 and not st.advanceable and not st.unsequenced
     assert [st.partition for st in s.poll_state(G, T, "w2", 30)] == [C]
     assert s.poll_state(G, T, "nobody", 30) == []
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's plan and handler counters")
+def test_poll_state_reads_only_the_subscribers_own_leases():
+    """An idle poll costs the partitions a worker holds, not the topic's: 100 workers on
+    4,096 partitions each read 4,096 lease rows per poll when MariaDB chose the primary
+    key's (group, topic) range over the leased_by index (issue 14, bench/scale.py)."""
+    partitions, workers = 4096, 100
+    with connection.cursor() as cursor:
+        for start in range(0, partitions, 512):
+            chunk = range(start, start + 512)
+            cursor.execute(
+                f"INSERT INTO queue_partition_leases (consumer_group, topic, {qn('partition')}, leased_by, "
+                "leased_at, lease_renewed_at) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"] * len(chunk)),
+                [v for p in chunk for v in (G, T, p, f"w{p % workers}")],
+            )
+            cursor.execute(
+                f"INSERT INTO queue_partitions (topic, {qn('partition')}, head_offset, created_at) VALUES "
+                + ", ".join(["(%s, %s, 0, UTC_TIMESTAMP(6))"] * len(chunk)),
+                [v for p in chunk for v in (T, p)],
+            )
+            cursor.execute(
+                f"INSERT INTO queue_offsets (consumer_group, topic, {qn('partition')}, offset_acked, updated_at) "
+                "VALUES " + ", ".join(["(%s, %s, %s, 0, UTC_TIMESTAMP(6))"] * len(chunk)),
+                [v for p in chunk for v in (G, T, p)],
+            )
+        cursor.execute("ANALYZE TABLE queue_partition_leases, queue_partitions, queue_offsets")
+        cursor.execute("FLUSH STATUS")
+        states = store().poll_state(G, T, "w7", 30)
+        cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+        read_next = int(cursor.fetchone()[1])
+    assert states == []  # no head rows: nothing to do, but the leases were read
+    assert read_next <= partitions // workers + 1  # its own 41 rows, not 4,096
 
 
 def test_poll_state_reports_partitions_with_unsequenced_messages():

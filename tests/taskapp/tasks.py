@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
+from django_sqlqueue.tasks import task_timeout
 from django_sqlqueue.tasks.compat import TaskContext
 from tests.taskapp.models import Run
 
@@ -76,3 +78,33 @@ def tick(label: str) -> None:
 
 def plain_function() -> None:
     """Not a task: for validation tests."""
+
+
+#: Set by tests/test_task_timeouts.py at teardown, so that hung tasks return.
+RELEASE = threading.Event()
+
+
+@task()
+@task_timeout(0.4)
+def hangs(label: str) -> str:
+    """Hangs (until RELEASE) past its own timeout of 0.4 s, whatever its queue's."""
+    record(label)
+    RELEASE.wait()
+    return "too late"
+
+
+@task()
+def hangs_on_queue(label: str) -> str:
+    """Hangs until RELEASE, with the queue's timeout (OPTIONS["TIMEOUT"])."""
+    record(label)
+    RELEASE.wait()
+    return "too late"
+
+
+@task()
+@task_timeout(None)
+def slow_but_unlimited(label: str, seconds: float) -> str:
+    """Runs past its queue's timeout, which it opts out of."""
+    record(label)
+    time.sleep(seconds)
+    return "done"

@@ -42,7 +42,8 @@ class Command(BaseCommand):
             type=int,
             default=1,
             help="handler threads: batches of different partitions run in parallel, order within a "
-            "partition is kept (default 1: one handler at a time)",
+            "partition is kept (default 1: one handler at a time). A handler over its consumer's timeout "
+            "is abandoned and its thread replaced; once more are stuck than this, the worker exits 1",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
