@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -255,7 +256,8 @@ class Supervisor:
     def stop(self) -> None:
         """Stop restarting; SIGTERM every worker (SIGCONT first), kill what has not exited in 10 s."""
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
         for process in self.current.values():
             process.signal(signal.SIGCONT)
             process.signal(signal.SIGTERM)
@@ -617,16 +619,32 @@ def resumed(
     return latest - after
 
 
-def late_handlings(records: list[Record], fault: Fault) -> tuple[list[Record], int, list[str]]:
+def reacquired(log: str) -> set[tuple[str, str, int]]:
+    """The (group, topic, partition)s a worker's log says it acquired (``acquired leases`` lines)."""
+    found = set()
+    for group, topic, partitions in re.findall(
+        r"acquired leases group=(\S+) topic=(\S+) partitions=\[([\d, ]*)\]", log
+    ):
+        found |= {(group, topic, int(p)) for p in partitions.split(",") if p.strip()}
+    return found
+
+
+def late_handlings(
+    records: list[Record], fault: Fault, taken_back: set[tuple[str, str, int]]
+) -> tuple[list[Record], int, list[str]]:
     """Handlings by a SIGSTOPped worker, after SIGCONT, of messages it had been given before the stop.
 
     A handling is late when it ended within 2 s after SIGCONT and another worker had
     meanwhile handled a later offset of the same partition (it took the partition while
-    the victim was paused). Returns those, how many of them had to be fenced (no other
-    worker had handled that message before), and the fenced ones that were not redelivered
-    afterwards: with the lease fence the paused worker's late ack is dropped, so the
-    message is still in flight and comes back (a higher attempt) after its visibility
-    timeout; an accepted late ack would have made it acked, never redelivered.
+    the victim was paused). Returns those; how many were fenced (no other worker had
+    handled the message before, and it came back afterwards, a higher attempt: the paused
+    worker's late ack was dropped by the lease fence, the message stayed in flight and was
+    redelivered after its visibility timeout); and those never redelivered, which an
+    accepted late ack would explain.
+
+    The fence is the lease: a worker that took a partition back after SIGCONT
+    (``taken_back``, from its log) may ack what it handles there, so a message of such a
+    partition that was not redelivered proves nothing and is not counted as unfenced.
     """
     assert fault.pid is not None and fault.until is not None
     by_gp = by_partition(records)
@@ -645,8 +663,9 @@ def late_handlings(records: list[Record], fault: Fault) -> tuple[list[Record], i
         same = by_id[(r.group, r.id)]
         if any(o.pid != fault.pid and o.start < r.end for o in same):
             continue  # already redelivered while the victim was paused: nothing left to fence
-        fenced += 1
-        if not any(o.attempt > r.attempt and o.start > r.end for o in same):
+        if any(o.attempt > r.attempt and o.start > r.end for o in same):
+            fenced += 1  # its late ack was dropped: the message came back
+        elif r.gp not in taken_back:
             unfenced.append(
                 f"{r.group} {r.id} (attempt {r.attempt}) handled late by paused pid {r.pid} and never redelivered"
             )
@@ -667,7 +686,9 @@ def analyse(run: ChaosRun, duration: float) -> Report:
     unfenced: list[str] = []
     for fault in run.faults:
         if fault.kind.startswith("SIGSTOP"):
-            more, count, bad = late_handlings(records, fault)
+            process = next((p for p in run.supervisor.every if p.pid == fault.pid), None)
+            taken_back = reacquired(process.log()[fault.log_offset :]) if process is not None else set()
+            more, count, bad = late_handlings(records, fault, taken_back)
             fault.detail += f", {len(more)} late handlings ({count} fenced)"
             late += more
             fenced += count
