@@ -1,0 +1,98 @@
+"""The chaos run's consumers: each handling is appended to a file of this process, then acked.
+
+Two groups consume ``chaos.events`` (every message carries ``{"key", "seq"}``):
+
+- ``strict``: ``batch_size=1``, one message of a partition in flight at a time
+  (visibility timeout 4 s);
+- ``batch``: ``batch_size=10``, the default kind of consumer; its visibility timeout
+  (10 s) is longer than a SIGSTOP of the harness (5.5 s), so that what a paused worker
+  handles after SIGCONT is still invisible to the partition's new holder and only the
+  lease fence keeps its late ack out (the harness checks that such messages are
+  redelivered).
+
+Both have a ``max_attempts`` far above what the faults can cost a message, so nothing of
+``chaos.events`` is dead-lettered because workers were killed under it. ``chaos.hang``
+carries one message whose handler never returns (group ``batch``, ``max_attempts=2``, a
+handler timeout of 3 s): it must end in ``chaos.hang_dlq`` without stalling the rest.
+
+A record is one line, written with one ``write()`` to a file opened ``O_APPEND`` (atomic
+between the threads of a ``--concurrency`` worker) before the handler returns, so it
+survives a ``kill -9`` of the process right after; a handling whose process died before
+the line was written did not complete and is redelivered. The harness reads the files
+(tests/chaos/harness.py, ``Record``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from django_sqlqueue import ReceivedMessage, consumer
+
+DIRECTORY = os.environ["CHAOS_DIR"]
+SLOT = os.environ.get("SQLQUEUE_TEST_WORKER", "?")
+PID = os.getpid()
+_fd = os.open(os.path.join(DIRECTORY, f"handled-{SLOT}-{PID}.tsv"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+#: ``timeout=`` (issue 14: a handler that runs longer is given up) where the engine has it.
+HAS_TIMEOUT = "timeout" in inspect.signature(consumer).parameters
+HANG_TIMEOUT = 3.0
+
+
+def record(kind: str, message: ReceivedMessage, start: float) -> None:
+    """Append one handling: kind, group, topic, partition, offset, id, key, seq, attempt, pid, slot, start, end."""
+    payload = message.payload if isinstance(message.payload, dict) else {}
+    fields = (
+        kind,
+        message.group,
+        message.topic,
+        message.partition,
+        message.offset,
+        message.id,
+        message.key,
+        payload.get("seq", -1),
+        message.attempt,
+        PID,
+        SLOT,
+        f"{start:.6f}",
+        f"{time.monotonic():.6f}",
+    )
+    os.write(_fd, ("\t".join(map(str, fields)) + "\n").encode())
+
+
+#: Created by the harness to have this process stopped inside a handler (see handle()).
+PAUSE_REQUEST = os.path.join(DIRECTORY, f"pause-{PID}")
+
+
+def handle(message: ReceivedMessage) -> None:
+    start = time.monotonic()
+    time.sleep(0.001)  # a little work, as a real handler does
+    if message.group == "batch" and os.path.exists(PAUSE_REQUEST):
+        # The harness asked for a SIGSTOP in the middle of a batch: the process stops
+        # itself here, and the harness sends SIGCONT after longer than a lease. This
+        # message's ack and the rest of its batch then come after SIGCONT, from a worker
+        # that has lost the partition meanwhile.
+        try:
+            os.unlink(PAUSE_REQUEST)
+        except FileNotFoundError:  # another handler thread of this process took the request
+            pass
+        else:
+            record("pause", message, time.monotonic())
+            os.kill(PID, signal.SIGSTOP)
+    record("handled", message, start)
+
+
+def hang(message: ReceivedMessage) -> None:
+    """Never return (an HTTP call without a timeout): the worker's handler timeout must free the partition."""
+    record("hang", message, time.monotonic())
+    threading.Event().wait()
+
+
+consumer("chaos.events", group="strict", batch_size=1, visibility_timeout=4, max_attempts=1000)(handle)
+consumer("chaos.events", group="batch", batch_size=10, visibility_timeout=10, max_attempts=1000)(handle)
+_hang_options: dict[str, Any] = {"timeout": HANG_TIMEOUT} if HAS_TIMEOUT else {}
+consumer("chaos.hang", group="batch", batch_size=1, max_attempts=2, **_hang_options)(hang)

@@ -1,0 +1,3 @@
+"""No views: the chaos processes only publish and consume."""
+
+urlpatterns: list = []
