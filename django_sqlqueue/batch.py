@@ -305,19 +305,29 @@ class BatchRunner:
             self.failed(sub, m, attempt, error, outcomes)
 
     def failed(
-        self, sub: Subscription, m: FetchedMessage, attempt: int, exc: BaseException, outcomes: Outcomes
+        self,
+        sub: Subscription,
+        m: FetchedMessage,
+        attempt: int,
+        exc: BaseException,
+        outcomes: Outcomes,
+        *,
+        log: bool = True,
     ) -> None:
-        """A failed attempt: nack with a backoff delay (or the ``Retry``'s), or dead-letter the last one."""
+        """A failed attempt: nack with a backoff delay (or the ``Retry``'s), or dead-letter the
+        last one. ``log=False``: the caller logged the failure already (the watchdog)."""
         context = (sub.group, sub.topic, m.partition, m.key, m.offset, m.id, attempt, sub.options.max_attempts)
         if attempt >= sub.options.max_attempts:
-            _log_handler_failure(exc, "giving up (dead letter)", context)
+            if log:
+                _log_handler_failure(exc, "giving up (dead letter)", context)
             outcomes.dead.append((m, attempt, describe_error(exc)))
             return
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = exc.delay
         else:
             delay = retry_delay(attempt, self.conf.BACKOFF_MIN, self.conf.BACKOFF_MAX, self._rng)
-        _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
+        if log:
+            _log_handler_failure(exc, f"retrying in {delay:.1f}s", context)
         outcomes.nacks.append((m.partition, m.offset, delay))
         outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
 

@@ -137,7 +137,8 @@ class Watchdog:
         attempt = attempt_number(message)
         logger.warning(
             "handler timed out, giving its partition up handler=%s group=%s topic=%s partition=%d offset=%d id=%s "
-            "attempt=%d/%d ran=%.1fs timeout=%gs; its thread is abandoned (%d stuck, a new thread takes its place)%s",
+            "attempt=%d/%d ran=%.1fs timeout=%gs; the attempt failed (%s); its thread is abandoned (%d stuck, "
+            "a new thread takes its place)%s",
             handler,
             sub.group,
             sub.topic,
@@ -148,6 +149,7 @@ class Watchdog:
             sub.options.max_attempts,
             elapsed,
             timeout,
+            "dead letter" if attempt >= sub.options.max_attempts else "retried after the backoff",
             self.executor.stuck + 1,
             f"; stuck at:\n{stack}" if stack else "",
         )
@@ -162,7 +164,7 @@ class Watchdog:
             except Exception:  # the attempt is failed all the same
                 logger.exception("on_timeout hook failed group=%s topic=%s id=%s", sub.group, sub.topic, message.id)
         outcomes: Outcomes = progress.outcomes
-        self.batches.failed(sub, message, attempt, error, outcomes)
+        self.batches.failed(sub, message, attempt, error, outcomes, log=False)  # logged above
         outcomes.unprocessed.extend((m.partition, m.offset) for m in progress.messages[index + 1 :])
         try:
             self.batches.complete(sub, outcomes, progress.watermarks)

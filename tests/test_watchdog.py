@@ -93,6 +93,8 @@ def test_a_hung_handler_gives_its_partition_up_and_the_others_go_on(release, cap
         assert dead.last_error.startswith("django_sqlqueue.exceptions.HandlerTimeout: handler ")
         assert "over its timeout of 0.5s without progress; its thread was abandoned" in dead.last_error
         assert len(warnings_of(caplog, "handler timed out")) == 3  # one per timed-out attempt
+        assert not warnings_of(caplog, "handler failed")  # and no second line for the same attempt
+        assert "the attempt failed (retried after the backoff)" in timed_out[0].getMessage()
         assert [c[2] for c in calls.list() if c[:2] == (0, offset_of(TOPIC, hung.id))] == [1, 2, 3]
         wait_until(lambda: caught_up("g", TOPIC, [0]), 10, "partition 0 past the dead letter")
         assert worker.executor is not None and worker.executor.stuck == 3  # not more than --concurrency 3
