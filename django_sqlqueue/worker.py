@@ -46,6 +46,7 @@ from functools import partial
 
 from django.db import connections
 
+from . import signals
 from .batch import BatchRunner, Stats
 from .budget import ConnectionBudget, connection_budget, room_warning
 from .collector import GarbageCollector
@@ -164,9 +165,11 @@ class Worker:
             )
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
+        signals.send(signals.worker_started, Worker, worker=self, name=self.name)
         try:
             self._loop()
         finally:
+            signals.send(signals.worker_stopping, Worker, worker=self, name=self.name)
             if self.executor is not None and self.watchdog is not None:
                 # Drain: the batches in hand finish their current message, hand the rest
                 # back and write their outcomes before the leases are released; a handler
