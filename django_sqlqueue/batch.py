@@ -49,6 +49,7 @@ import logging
 import math
 import random
 import threading
+import time
 import traceback
 from collections import defaultdict
 from collections.abc import Mapping
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from . import dlq
+from . import dlq, signals
 from .backoff import retry_delay
 from .conf import QueueSettings
 from .consumers import ReceivedMessage
@@ -259,19 +260,30 @@ class BatchRunner:
             _on_progress=None if progress is None else progress.touch,
         )
         self.stats.add(delivered=1)
-        if progress is not None and not progress.begin(index, handler_timeout(sub, received)):
+        if progress is not None and not progress.begin(index, handler_timeout(sub, received), received):
             return False
         error: BaseException | None = None
+        started = time.monotonic()
         try:
             invoke(sub.spec.handler, received, progress)
         except BaseException as exc:  # noqa: BLE001 - any handler error is a failed attempt; see _decide
             error = exc
+        duration = time.monotonic() - started
         decide = partial(self._decide, sub, m, attempt, error, outcomes)
         recorded = True
         if progress is None:
             decide()
         else:
             recorded = progress.record(decide)
+        if recorded:
+            # Outside the progress lock: a receiver must not hold the watchdog up.
+            if error is None:
+                signals.send(signals.message_processed, sub.topic, message=received, duration=duration)
+            else:
+                final = isinstance(error, Reject) or attempt >= sub.options.max_attempts
+                signals.send(
+                    signals.message_failed, sub.topic, message=received, duration=duration, error=error, final=final
+                )
         if error is not None:
             # A handler that failed may have broken the connection: not the next query's problem.
             tidy_connections()
@@ -374,6 +386,18 @@ class BatchRunner:
             ),
         )
         self.stats.add(dead_lettered=1)
+        signals.send(
+            signals.message_dead_lettered,
+            sub.topic,
+            group=sub.group,
+            topic=sub.topic,
+            partition=m.partition,
+            offset=m.offset,
+            message_id=m.id,
+            attempts=attempts,
+            error=error.splitlines()[0] if error else "",
+            dlq_topic=dlq_topic,
+        )
         logger.warning(
             "dead-lettered group=%s topic=%s partition=%d offset=%d attempts=%d to=%s error=%s",
             sub.group,

@@ -65,15 +65,18 @@ class BatchProgress:
         self.since = 0.0
         #: The handler is awaited and will be cancelled at its deadline (async).
         self.cancellable = False
-        #: The thread running the handler.
+        #: The thread running the handler, and the ``ReceivedMessage`` it was given.
         self.thread: threading.Thread | None = None
+        self.received: Any = None
 
-    def begin(self, index: int, timeout: float | None) -> bool:
-        """A handler call on ``messages[index]`` starts; False if the batch was abandoned."""
+    def begin(self, index: int, timeout: float | None, received: Any = None) -> bool:
+        """A handler call on ``messages[index]`` (``received``: what the handler gets) starts;
+        False if the batch was abandoned."""
         with self.lock:
             if self.state != RUNNING:
                 return False
             self.index = index
+            self.received = received
             self.timeout = timeout
             self.started = self.since = time.monotonic()
             self.cancellable = False

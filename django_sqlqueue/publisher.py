@@ -34,12 +34,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from . import signals
 from .conf import QueueSettings, get_settings
 from .dialects import get_dialect
 from .dialects.base import MessageRow
@@ -101,7 +103,8 @@ def publish(
         deliver_at=deliver_at,
         max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
     )
-    return write_messages(topic, [prepared], using=_alias(using, conf), conf=conf)[0]
+    alias = _alias(using, conf)
+    return _announce(write_messages(topic, [prepared], using=alias, conf=conf), alias)[0]
 
 
 def publish_many(
@@ -138,7 +141,8 @@ def publish_many(
         prepared.append(prepare_message(**item, max_payload_bytes=conf.MAX_PAYLOAD_BYTES, position=where))
     if not prepared:
         return []
-    return write_messages(topic, prepared, using=_alias(using, conf), conf=conf)
+    alias = _alias(using, conf)
+    return _announce(write_messages(topic, prepared, using=alias, conf=conf), alias)
 
 
 def write_dead_letter(
@@ -176,6 +180,20 @@ def write_dead_letter(
         created_at=created_at,
     )
     return write_messages(topic, [prepared], using=using, compare=False)[0]
+
+
+def _announce(published: list[PublishedMessage], using: str) -> list[PublishedMessage]:
+    """Send ``message_published`` for the messages stored, once their transaction commits."""
+    if signals.message_published.receivers:
+        created = [m for m in published if m.created]
+        if created:
+            transaction.on_commit(partial(_send_published, created), using=using)
+    return published
+
+
+def _send_published(messages: list[PublishedMessage]) -> None:
+    for message in messages:
+        signals.send(signals.message_published, message.topic, message=message)
 
 
 def _alias(using: str | None, conf: QueueSettings) -> str:

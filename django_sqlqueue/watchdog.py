@@ -47,6 +47,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from . import signals
 from .batch import BatchRunner, Outcomes, attempt_number
 from .exceptions import HandlersStuck, HandlerTimeout
 from .executor import DeadThread, Job, PartitionExecutor
@@ -165,6 +166,11 @@ class Watchdog:
                 logger.exception("on_timeout hook failed group=%s topic=%s id=%s", sub.group, sub.topic, message.id)
         outcomes: Outcomes = progress.outcomes
         self.batches.failed(sub, message, attempt, error, outcomes, log=False)  # logged above
+        if progress.received is not None:
+            final = attempt >= sub.options.max_attempts
+            signals.send(
+                signals.message_failed, sub.topic, message=progress.received, duration=elapsed, error=error, final=final
+            )
         outcomes.unprocessed.extend((m.partition, m.offset) for m in progress.messages[index + 1 :])
         try:
             self.batches.complete(sub, outcomes, progress.watermarks)

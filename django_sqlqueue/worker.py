@@ -46,6 +46,7 @@ from functools import partial
 
 from django.db import connections
 
+from . import signals
 from .batch import BatchRunner, Stats
 from .budget import ConnectionBudget, connection_budget, room_warning
 from .collector import GarbageCollector
@@ -55,6 +56,7 @@ from .dbconn import close_quietly, tidy_connections
 from .exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from .executor import DeadThread, PartitionExecutor
 from .handlers import HandlerRunner
+from .healthfile import HealthFile
 from .leasing import LeaseKeeper
 from .outage import OutageReporter, is_unreachable
 from .poller import Poller
@@ -84,10 +86,12 @@ class Worker:
         using: str | None = None,
         concurrency: int = 1,
         schedules: list[Schedule] | None = None,
+        health_file: str | None = None,
     ) -> None:
         """``concurrency``: handler threads running batches of different partitions in parallel
         (1: handlers run on the poll loop's thread, one at a time). ``schedules``: recurring
-        tasks and messages this worker helps fire (django_sqlqueue.scheduler)."""
+        tasks and messages this worker helps fire (django_sqlqueue.scheduler). ``health_file``: a
+        file touched after healthy poll-loop rounds (django_sqlqueue.healthfile)."""
         if not specs:
             raise ValueError("a worker needs at least one consumer")
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -122,6 +126,7 @@ class Worker:
         self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
         #: The side thread or handler thread whose death stopped the worker (None: none died).
         self.crashed: ServiceThread | DeadThread | None = None
+        self.health_file = HealthFile(health_file)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -164,9 +169,11 @@ class Worker:
             )
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
+        signals.send(signals.worker_started, Worker, worker=self, name=self.name)
         try:
             self._loop()
         finally:
+            signals.send(signals.worker_stopping, Worker, worker=self, name=self.name)
             if self.executor is not None and self.watchdog is not None:
                 # Drain: the batches in hand finish their current message, hand the rest
                 # back and write their outcomes before the leases are released; a handler
@@ -333,6 +340,7 @@ class Worker:
                 delivered = delivered or count > 0
                 full = full or was_full
             self.collector.run_if_due()
+            self.health_file.beat(healthy=not self.outage.in_outage and self.crashed is None)
             executor = self.executor
             if executor is not None and executor.free == 0:
                 # Every handler thread has a batch: poll again when one finishes (or a

@@ -7,6 +7,7 @@ runs on the queue database (``SQLQUEUE["DATABASE"]`` or ``using=``)::
     from django_sqlqueue import ops
 
     ops.overview().problems
+    ops.check_health(ops.Thresholds(max_lag=1000, require_subscribers=True)).problems
     ops.plan_seek("billing", "orders", position="earliest").redeliver
     ops.seek("billing", "orders", time=yesterday)
     ops.pause("billing", "orders", by="alice", reason="bad deploy")
@@ -19,6 +20,7 @@ from __future__ import annotations
 from .base import NotFound, OperationError
 from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
+from .health import Health, Thresholds, check_health
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, overview
@@ -32,15 +34,18 @@ __all__ = [
     "DeadLetter",
     "DeadLetterFilter",
     "GroupDrop",
+    "Health",
     "MessageFilter",
     "NotFound",
     "OperationError",
     "Overview",
     "Repartition",
     "SeekPlan",
+    "Thresholds",
     "TopicInfo",
     "TopicPurge",
     "browse",
+    "check_health",
     "count_dead_letters",
     "drop_group",
     "get_dead_letter",

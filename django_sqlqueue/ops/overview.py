@@ -33,6 +33,9 @@ class GroupTopicStatus:
     partitions: int
     live_subscribers: int
     lag: int
+    #: Publication time of the oldest message the lag counts: the earliest of the messages
+    #: right after the group's watermark in each partition (the head of each line) and the
+    #: topic's oldest message still waiting for the sequencer. None when there is none.
     oldest_unhandled_at: dt.datetime | None
     in_flight: int
     retrying: int
@@ -42,6 +45,9 @@ class GroupTopicStatus:
     #: No live subscriber, messages behind it: it keeps GC from deleting the topic's messages.
     holds_back_gc: bool
     last_ack_at: dt.datetime | None
+    #: Seconds since ``oldest_unhandled_at`` by the database clock (0 when nothing is unhandled):
+    #: the one definition ``queue_health --max-lag-seconds`` checks (``ops/health.py``).
+    lag_seconds: float = 0.0
 
     @property
     def problems(self) -> list[str]:
@@ -104,45 +110,22 @@ class Overview:
         return out
 
 
-def _dead_letters(
-    s: QueueStore, pairs: list[tuple[str, str]], topics: list[str], cap: int
-) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
-    """Dead letters per (group, topic) and per topic, each a capped range of the (topic, id) index."""
-    suffix = get_settings().DLQ_SUFFIX
-    per_group = {(g, t): s.dead_letter_count(dlq_topic(t, suffix), g, cap) for g, t in pairs}
-    per_topic = {t: s.dead_letter_count(dlq_topic(t, suffix), cap=cap) for t in topics if not is_dlq_topic(t, suffix)}
-    return per_group, per_topic
-
-
 def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     """Everything the console's first page shows."""
     using = alias(using)
     s = store(using)
     now = s.now()
-    groups = list_groups(using=using)
-    leases = list_leases(using=using)
+    stale = list_leases(stale_only=True, using=using)
+    rows = _rows(s, now, list_groups(using=using), stale, cap)
     subscribers = list_subscribers(using=using)
     topics = list_topics(using)
-    oldest = s.oldest_unhandled()
-    deliveries: dict[tuple[str, str], DeliveryCounts] = {}
-    for (group, topic, _), counts in s.delivery_counts().items():
-        deliveries[(group, topic)] = deliveries.get((group, topic), DeliveryCounts()) + counts
-    pairs = [(g.group, g.topic) for g in groups]
-    dl_group, dl_topic = _dead_letters(s, pairs, [t.topic for t in topics], cap)
+    suffix = get_settings().DLQ_SUFFIX
+    dl_topic = {
+        t.topic: s.dead_letter_count(dlq_topic(t.topic, suffix), cap=cap)
+        for t in topics
+        if not is_dlq_topic(t.topic, suffix)
+    }
     unsequenced = s.unsequenced_capped(cap)
-    stale = [lease for lease in leases if lease.stale]
-    rows = []
-    for g in groups:
-        c = deliveries.get((g.group, g.topic), DeliveryCounts())
-        rows.append(
-            _status(
-                g,
-                oldest,
-                c,
-                dl_group.get((g.group, g.topic), 0),
-                sum(1 for lease in stale if lease.group == g.group and lease.topic == g.topic),
-            )
-        )
     return Overview(
         now=now,
         groups=rows,
@@ -154,8 +137,53 @@ def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     )
 
 
+def group_statuses(
+    group: str | None = None, topic: str | None = None, *, using: str | None = None, cap: int = COUNT_CAP
+) -> tuple[dt.datetime, list[GroupTopicStatus]]:
+    """Return the database time and the overview's group rows (of ``group`` and/or ``topic`` only).
+
+    The rows ``queue_health`` checks (``ops/health.py``): the same numbers the console shows.
+    """
+    s = store(using)
+    now = s.now()
+    groups = list_groups(group, topic, using=using)
+    return now, _rows(s, now, groups, list_leases(group, topic, stale_only=True, using=using), cap, group, topic)
+
+
+def _rows(
+    s: QueueStore,
+    now: dt.datetime,
+    groups: list[GroupTopic],
+    stale: list[Lease],
+    cap: int,
+    group: str | None = None,
+    topic: str | None = None,
+) -> list[GroupTopicStatus]:
+    """The overview's rows of ``groups``: a bounded number of grouped reads plus a capped
+    dead-letter count per (group, topic)."""
+    if not groups:
+        return []
+    oldest = s.oldest_unhandled()
+    unsequenced_since = s.oldest_unsequenced(sorted({g.topic for g in groups}))
+    deliveries: dict[tuple[str, str], DeliveryCounts] = {}
+    for (g, t, _), counts in s.delivery_counts(group, topic).items():
+        deliveries[(g, t)] = deliveries.get((g, t), DeliveryCounts()) + counts
+    suffix = get_settings().DLQ_SUFFIX
+    return [
+        _status(
+            g,
+            now,
+            min((at for at in (oldest.get((g.group, g.topic)), unsequenced_since.get(g.topic)) if at), default=None),
+            deliveries.get((g.group, g.topic), DeliveryCounts()),
+            s.dead_letter_count(dlq_topic(g.topic, suffix), g.group, cap),
+            sum(1 for lease in stale if lease.group == g.group and lease.topic == g.topic),
+        )
+        for g in groups
+    ]
+
+
 def _status(
-    g: GroupTopic, oldest: dict[tuple[str, str], dt.datetime], c: DeliveryCounts, dead: int, stale: int
+    g: GroupTopic, now: dt.datetime, oldest: dt.datetime | None, c: DeliveryCounts, dead: int, stale: int
 ) -> GroupTopicStatus:
     return GroupTopicStatus(
         group=g.group,
@@ -163,7 +191,7 @@ def _status(
         partitions=g.partitions,
         live_subscribers=g.live_subscribers,
         lag=g.lag,
-        oldest_unhandled_at=oldest.get((g.group, g.topic)),
+        oldest_unhandled_at=oldest,
         # The console's columns by status code: an expired in-flight delivery is still in flight.
         in_flight=c.in_flight + c.expired,
         retrying=c.retry,
@@ -172,4 +200,5 @@ def _status(
         stale_leases=stale,
         holds_back_gc=g.live_subscribers == 0 and g.lag > 0 and not g.paused,
         last_ack_at=g.last_ack_at,
+        lag_seconds=max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0,
     )

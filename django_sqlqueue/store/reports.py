@@ -228,6 +228,25 @@ class ReportStore(StoreBase):
                 out[(g, t)] = when
         return out
 
+    def oldest_unsequenced(self, topics: Sequence[str] | None = None) -> dict[str, dt.datetime]:
+        """Return per topic the publication time of its oldest committed message without an offset.
+
+        One grouped statement over the unsequenced rows (the index range the sequencer
+        reads), as long as the sequencer's backlog, like the unsequenced part of the lag.
+        """
+        if topics is not None and not topics:
+            return {}
+        where = "" if topics is None else f" AND topic IN ({in_list(topics)})"
+        out: dict[str, dt.datetime] = {}
+        for t, at in self._fetchall(
+            f"SELECT topic, MIN(published_at) FROM queue_messages WHERE {self.OFF} IS NULL{where} GROUP BY topic",
+            list(topics or ()),
+        ):
+            when = self.dialect.to_datetime(at)
+            if when is not None:
+                out[t] = when
+        return out
+
     # -- deliveries ----------------------------------------------------------------------
 
     def delivery_counts(

@@ -45,8 +45,17 @@ class Command(BaseCommand):
             "partition is kept (default 1: one handler at a time). A handler over its consumer's timeout "
             "is abandoned and its thread replaced; once more are stuck than this, the worker exits 1",
         )
+        parser.add_argument(
+            "--health-file",
+            metavar="PATH",
+            help="touch PATH (create it, update its mtime) after each healthy poll-loop round, at most once a "
+            "second: a liveness probe checks its age (e.g. find PATH -mmin -1)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        health_file = options["health_file"]
+        if health_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(health_file))):
+            raise CommandError(f"--health-file {health_file}: its directory does not exist.")
         configure_worker_logging(options["verbosity"])
         if options["concurrency"] < 1:
             raise CommandError(f"--concurrency must be at least 1, got {options['concurrency']}.")
@@ -63,7 +72,14 @@ class Command(BaseCommand):
             )
         name = options["name"] or f"{socket.gethostname()}:{os.getpid()}"
         schedules = [] if options["no_schedules"] else all_schedules(get_settings().SCHEDULES)
-        worker = Worker(specs, name=name, conf=get_settings(), concurrency=options["concurrency"], schedules=schedules)
+        worker = Worker(
+            specs,
+            name=name,
+            conf=get_settings(),
+            concurrency=options["concurrency"],
+            schedules=schedules,
+            health_file=health_file,
+        )
         with graceful_signals(worker.stop):
             try:
                 worker.run()
