@@ -77,3 +77,32 @@ def test_a_bad_port_is_refused():
 
     with pytest.raises(CommandError, match="--metrics-port must be a TCP port"):
         call_command("runconsumer", "--group", "g1", "--topic", "proc.events", "--metrics-port", "70000")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_handler_counts_as_timed_out(runconsumer):
+    from django_sqlqueue import publish
+
+    from .engine_helpers import key_for_partition
+
+    port = free_port()
+    worker = runconsumer(
+        "m2", "--group", "hang", "--topic", "proc.hang", "--concurrency", "2", "--metrics-port", str(port)
+    )
+    worker.expected_status = 1  # as in test_watchdog_processes: stuck threads may stop the worker
+    wait_until(lambda: answers(port), 30, "the metrics port answers", show=worker.log)
+    publish("proc.hang", {"hang": True}, key=key_for_partition(0))
+    hang = (("group", "hang"), ("topic", "proc.hang"))
+
+    def dead_lettered():
+        found = scrape(port)
+        return found if found.get(("sqlqueue_messages_dead_lettered_total", hang)) == 1 else None
+
+    # max_attempts=2, timeout = visibility timeout (3 s): two timed-out attempts, then the dead letter.
+    found = wait_until(dead_lettered, 30, "the hung message dead-lettered", show=worker.log)
+    assert found[("sqlqueue_messages_timed_out_total", hang)] == 2
+    assert found[("sqlqueue_messages_failed_total", hang)] == 2
+    assert found[("sqlqueue_messages_retried_total", hang)] == 1
+    assert found.get(("sqlqueue_messages_processed_total", hang), 0) == 0
+    assert found[("sqlqueue_handler_duration_seconds_sum", hang)] >= 2 * 2.5

@@ -69,6 +69,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         health_file = options["health_file"]
+        port = options["metrics_port"]
+        if port is not None and not 0 < port < 65536:
+            raise CommandError(f"--metrics-port must be a TCP port (1-65535), got {port}.")
         if health_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(health_file))):
             raise CommandError(f"--health-file {health_file}: its directory does not exist.")
         configure_worker_logging(options["verbosity"])
@@ -111,8 +114,6 @@ class Command(BaseCommand):
         """Serve the worker's metrics on ``addr:port`` (receivers connected only then); None without a port."""
         if port is None:
             return None
-        if not 0 < port < 65536:
-            raise CommandError(f"--metrics-port must be a TCP port (1-65535), got {port}.")
         from django_sqlqueue.metrics.worker import WorkerMetrics
 
         try:
