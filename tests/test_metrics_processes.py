@@ -49,24 +49,27 @@ def test_a_real_worker_counts_what_its_handlers_did(runconsumer):
     )
     wait_until(lambda: answers(port), 30, "the metrics port answers", show=worker.log)
     assert ("sqlqueue_messages_processed_total", G1) not in scrape(port)  # nothing handled yet
-    # 5 handled fine; 2 fail every attempt (max_attempts=3: 2 retries, then a dead letter each).
+    # 5 handled fine; 2 fail every attempt (max_attempts=3: 2 retries, then a dead letter each);
+    # 1 rejected (a dead letter at once).
     publish_many(
         "proc.events",
         [{"payload": {"n": i}, "key": f"k{i}"} for i in range(5)]
-        + [{"payload": {"fail": ["g1"]}, "key": f"f{i}"} for i in range(2)],
+        + [{"payload": {"fail": ["g1"]}, "key": f"f{i}"} for i in range(2)]
+        + [{"payload": {"reject": ["g1"]}, "key": "r0"}],
     )
 
     def done():
         found = scrape(port)
-        return found if found.get(("sqlqueue_messages_dead_lettered_total", G1)) == 2 else None
+        return found if found.get(("sqlqueue_messages_dead_lettered_total", G1)) == 3 else None
 
-    found = wait_until(done, 60, "two dead letters counted", show=worker.log)
+    found = wait_until(done, 60, "three dead letters counted", show=worker.log)
     assert found[("sqlqueue_messages_processed_total", G1)] == 5
-    assert found[("sqlqueue_messages_failed_total", G1)] == 6
+    assert found[("sqlqueue_messages_failed_total", G1)] == 7
     assert found[("sqlqueue_messages_retried_total", G1)] == 4
-    assert found[("sqlqueue_messages_delivered_total", G1)] == 11
-    assert found[("sqlqueue_handler_duration_seconds_count", G1)] == 11
-    assert found[("sqlqueue_handler_duration_seconds_bucket", tuple(sorted((*G1, ("le", "+Inf")))))] == 11
+    assert found[("sqlqueue_messages_rejected_total", G1)] == 1
+    assert found[("sqlqueue_messages_delivered_total", G1)] == 12
+    assert found[("sqlqueue_handler_duration_seconds_count", G1)] == 12
+    assert found[("sqlqueue_handler_duration_seconds_bucket", tuple(sorted((*G1, ("le", "+Inf")))))] == 12
     assert found.get(("sqlqueue_messages_timed_out_total", G1), 0) == 0
     assert worker.terminate() == 0
 

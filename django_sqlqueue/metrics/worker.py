@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_sqlqueue import signals
-from django_sqlqueue.exceptions import HandlerTimeout
+from django_sqlqueue.exceptions import HandlerTimeout, Reject
 
 from . import require_prometheus_client
 
@@ -37,6 +37,7 @@ class WorkerMetrics:
         self.processed = counter("sqlqueue_messages_processed", "Handler calls that returned: the message is acked.")
         self.failed = counter("sqlqueue_messages_failed", "Handler calls that raised (or timed out), final or not.")
         self.retried = counter("sqlqueue_messages_retried", "Failed handler calls that will be retried.")
+        self.rejected = counter("sqlqueue_messages_rejected", "Handler calls that raised Reject (dead letter at once).")
         self.timed_out = counter("sqlqueue_messages_timed_out", "Handler calls abandoned after the consumer's timeout.")
         self.dead_lettered = counter(
             "sqlqueue_messages_dead_lettered", "Messages this process moved to the dead-letter topic."
@@ -66,6 +67,8 @@ class WorkerMetrics:
         self.failed.labels(*labels).inc()
         if not final:
             self.retried.labels(*labels).inc()
+        if isinstance(error, Reject):
+            self.rejected.labels(*labels).inc()
         if isinstance(error, HandlerTimeout):
             self.timed_out.labels(*labels).inc()
         self.duration.labels(*labels).observe(duration)
