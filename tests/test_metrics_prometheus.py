@@ -22,6 +22,7 @@ from django.test import override_settings
 
 from django_sqlqueue import ops, publish_many
 from django_sqlqueue.metrics import views
+from django_sqlqueue.models import PartitionLease
 
 from .processes import wait_until
 from .test_metrics_processes import answers, free_port
@@ -135,6 +136,14 @@ def test_prometheus_scrapes_both_endpoints_and_sees_lag_rise_and_fall(prometheus
         )
         wait_until(lambda: scalar(port, lag) == 0, 30, "lag 0 scraped", show=log.read_text)
         ops.pause("g1", "proc.events")
+        # The worker notices the pause at its next lease round and gives its leases back;
+        # until then it would consume what is published (the lag would never reach 20).
+        wait_until(
+            lambda: not PartitionLease.objects.filter(consumer_group="g1", topic="proc.events").exists(),
+            30,
+            "the worker released its leases on the pause",
+            show=worker.log,
+        )
         publish_many("proc.events", [{"payload": {"n": i}, "key": f"k{i}"} for i in range(20)])
         wait_until(
             lambda: scalar(port, lag) == 20,
