@@ -138,6 +138,21 @@ ensure_chromium() {
   if [ ! -x /usr/bin/chromium ]; then apt_install chromium fonts-dejavu-core; fi
 }
 
+# Debian's prometheus server for tests/test_metrics_prometheus.py (which starts its own on a free
+# port). Without systemd apt starts no service; where one was started, stop it: the tests need none.
+# SQLQUEUE_CI_PROMETHEUS=1 makes that test fail instead of skipping when the binary is missing.
+ensure_prometheus() {
+  if [ ! -x /usr/bin/prometheus ]; then
+    apt_install prometheus
+    if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+      as_root systemctl stop prometheus || true
+    elif [ -x /etc/init.d/prometheus ]; then
+      as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    fi
+  fi
+  export SQLQUEUE_CI_PROMETHEUS=1
+}
+
 # The spark extra in a venv: Java 17, the MariaDB JDBC driver, and pyspark from a wheel built
 # once and cached in $SPARK_WHEELS (pyspark 4.x is a large source package: ~1.5 min to build).
 SPARK_WHEELS="${SQLQUEUE_WHEEL_CACHE:-$HOME/.cache/sqlqueue-wheels}"

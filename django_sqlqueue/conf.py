@@ -82,6 +82,8 @@ class QueueSettings:
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
     PARTITIONS: int = DEFAULT_PARTITIONS
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
+    #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.
+    METRICS_TOKEN: str | None = None
     #: Per-topic options: ``{"orders": {"partitions": 16}, "tenants": {"per_key": True}}``.
     TOPICS: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -207,6 +209,18 @@ def validate(raw: Any) -> list[Problem]:
         problems.append(
             Problem("sqlqueue.E004", f"SQLQUEUE['PARTITIONS'] is {raw['PARTITIONS']}; the maximum is {MAX_PARTITIONS}.")
         )
+    if "METRICS_TOKEN" in raw:
+        token = raw["METRICS_TOKEN"]
+        if token is not None and not (isinstance(token, str) and len(token) >= 16 and token.isprintable()):
+            got = f"a string of {len(token)} characters" if isinstance(token, str) else type(token).__name__
+            problems.append(
+                Problem(
+                    "sqlqueue.E012",
+                    "SQLQUEUE['METRICS_TOKEN'] must be None or a string of at least 16 printable characters "
+                    f"(a Bearer token), got {got}.",
+                    hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                )
+            )
     if "TOPICS" in raw:
         problems += _validate_topics(raw["TOPICS"])
     if "SCHEDULES" in raw:

@@ -97,3 +97,17 @@ def test_mysql_connection_without_read_committed_warns(settings):
     databases = {"default": {**settings.DATABASES["default"], "OPTIONS": {"charset": "utf8mb4"}}}
     with override_settings(DATABASES=databases):
         assert "sqlqueue.W001" in sqlqueue_errors()
+
+
+@pytest.mark.parametrize("token", ["", "short", 12345678901234567890, "sixteen chars\n..", ["x" * 20]])
+def test_a_bad_metrics_token_is_refused(token):
+    from django_sqlqueue.conf import validate
+
+    assert [p.id for p in validate({"METRICS_TOKEN": token})] == ["sqlqueue.E012"]
+
+
+@pytest.mark.parametrize("token", [None, "x" * 16, "a-long-random-token_0123456789"])
+def test_a_metrics_token_or_none_is_accepted(token):
+    from django_sqlqueue.conf import validate
+
+    assert validate({"METRICS_TOKEN": token}) == []

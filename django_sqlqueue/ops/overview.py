@@ -159,8 +159,8 @@ def _rows(
     group: str | None = None,
     topic: str | None = None,
 ) -> list[GroupTopicStatus]:
-    """The overview's rows of ``groups``: a bounded number of grouped reads plus a capped
-    dead-letter count per (group, topic)."""
+    """The overview's rows of ``groups``: a constant number of grouped reads (the capped
+    dead-letter counts of every (group, topic) in one statement)."""
     if not groups:
         return []
     oldest = s.oldest_unhandled()
@@ -169,13 +169,14 @@ def _rows(
     for (g, t, _), counts in s.delivery_counts(group, topic).items():
         deliveries[(g, t)] = deliveries.get((g, t), DeliveryCounts()) + counts
     suffix = get_settings().DLQ_SUFFIX
+    dead = s.dead_letter_counts([(dlq_topic(g.topic, suffix), g.group) for g in groups], cap)
     return [
         _status(
             g,
             now,
             min((at for at in (oldest.get((g.group, g.topic)), unsequenced_since.get(g.topic)) if at), default=None),
             deliveries.get((g.group, g.topic), DeliveryCounts()),
-            s.dead_letter_count(dlq_topic(g.topic, suffix), g.group, cap),
+            dead.get((dlq_topic(g.topic, suffix), g.group), 0),
             sum(1 for lease in stale if lease.group == g.group and lease.topic == g.topic),
         )
         for g in groups

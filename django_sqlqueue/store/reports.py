@@ -361,6 +361,23 @@ class ReportStore(StoreBase):
             qs = qs.filter(id__startswith=dead_letter_id_prefix(group))
         return (qs[: cap + 1] if cap is not None else qs).count()
 
+    def dead_letter_counts(self, wanted: Sequence[tuple[str, str]], cap: int) -> dict[tuple[str, str], int]:
+        """Return ``{(dlq_topic, group): dead letters}`` for each pair of ``wanted``, each capped at ``cap + 1``.
+
+        The same capped index ranges as :meth:`dead_letter_count`, in **one** statement
+        (``UNION ALL`` of the counts), so a report over many groups costs one round trip.
+        """
+        wanted = sorted(set(wanted))
+        if not wanted:
+            return {}
+        parts, params = [], []
+        for i, (topic, group) in enumerate(wanted):
+            qs = Message.objects.using(self.using).filter(topic=topic, id__startswith=dead_letter_id_prefix(group))
+            sql, qparams = qs.values("seq")[: cap + 1].query.get_compiler(self.using).as_sql()
+            parts.append(f"SELECT {i} AS n, COUNT(*) AS c FROM ({sql}) capped{i}")
+            params.extend(qparams)
+        return {wanted[int(n)]: int(c) for n, c in self._fetchall(" UNION ALL ".join(parts), params)}
+
     def unsequenced_capped(self, cap: int) -> dict[str, int]:
         """Return per topic the messages waiting for an offset over the partitions with a head row, capped.
 

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
-from django_sqlqueue.exceptions import WorkerCrashed
+from django_sqlqueue.exceptions import ConfigurationError, WorkerCrashed
 from django_sqlqueue.logsetup import configure_worker_logging
 from django_sqlqueue.schedules import all_schedules
 from django_sqlqueue.shutdown import graceful_signals
@@ -52,8 +52,26 @@ class Command(BaseCommand):
             "second: a liveness probe checks its age (e.g. find PATH -mmin -1)",
         )
 
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="N",
+            help="serve this process's Prometheus counters and histograms (messages processed, failed, "
+            "retried, dead-lettered, timed out; handler duration) on http://ADDR:N/metrics "
+            "(needs the 'prometheus' extra; see docs/observability.md)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",
+            metavar="ADDR",
+            help="address --metrics-port listens on (default 0.0.0.0)",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         health_file = options["health_file"]
+        port = options["metrics_port"]
+        if port is not None and not 0 < port < 65536:
+            raise CommandError(f"--metrics-port must be a TCP port (1-65535), got {port}.")
         if health_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(health_file))):
             raise CommandError(f"--health-file {health_file}: its directory does not exist.")
         configure_worker_logging(options["verbosity"])
@@ -80,9 +98,29 @@ class Command(BaseCommand):
             schedules=schedules,
             health_file=health_file,
         )
-        with graceful_signals(worker.stop):
-            try:
-                worker.run()
-            except WorkerCrashed as exc:
-                # Exit non-zero so that a process manager restarts the worker.
-                raise CommandError(str(exc)) from exc
+        metrics = self._start_metrics(options["metrics_port"], options["metrics_addr"])
+        try:
+            with graceful_signals(worker.stop):
+                try:
+                    worker.run()
+                except WorkerCrashed as exc:
+                    # Exit non-zero so that a process manager restarts the worker.
+                    raise CommandError(str(exc)) from exc
+        finally:
+            if metrics is not None:
+                metrics.stop()
+
+    def _start_metrics(self, port: int | None, addr: str) -> Any:
+        """Serve the worker's metrics on ``addr:port`` (receivers connected only then); None without a port."""
+        if port is None:
+            return None
+        from django_sqlqueue.metrics.worker import WorkerMetrics
+
+        try:
+            metrics = WorkerMetrics()
+            metrics.start(port, addr)
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: cannot listen on {addr}:{port}: {exc}") from exc
+        return metrics
