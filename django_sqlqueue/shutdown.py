@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,22 +25,46 @@ def graceful_signals(on_first: Callable[[], None]) -> Iterator[None]:
     hand, release leases, deregister). A second signal ends the process immediately,
     without cleanup; leases then expire and in-flight messages are redelivered after
     their visibility timeout.
+
+    **Nothing runs in the signal handler but a write to a pipe.** Python runs handlers on
+    the main thread between two bytecodes, possibly while that thread holds a lock --
+    the worker's poll loop waits on ``threading.Event`` objects all the time, and an
+    ``Event`` is a ``Condition`` over a plain ``Lock`` -- so a handler that set an event
+    (or logged: a buffered stream is not reentrant either) could deadlock the process
+    on itself. The handler writes the signal's number to a pipe; a small watcher thread
+    reads it and calls ``on_first`` (and logs) in an ordinary thread context.
     """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
     received = 0
 
     def handler(signum: int, frame: Any) -> None:
         nonlocal received
         received += 1
         if received == 1:
-            logger.warning("received %s, draining (send it again to exit at once)", signal.Signals(signum).name)
-            on_first()
+            try:
+                os.write(write_fd, bytes([signum]))
+            except OSError:  # the pipe is closed: the block has ended
+                pass
         else:
-            logger.warning("received %s again, exiting now", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            os.write(2, f"received {name} again, exiting now\n".encode())
             os._exit(FORCED_EXIT_STATUS)
 
+    def watch() -> None:
+        data = os.read(read_fd, 1)  # the first signal, or b"" once the block has ended
+        if data:
+            logger.warning("received %s, draining (send it again to exit at once)", signal.Signals(data[0]).name)
+            on_first()
+
+    watcher = threading.Thread(target=watch, name="sqlqueue-signals", daemon=True)
+    watcher.start()
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        os.close(write_fd)
+        watcher.join(5)
+        os.close(read_fd)
