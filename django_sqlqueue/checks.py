@@ -4,8 +4,9 @@ Ids are stable and each means one thing. From :func:`conf.validate`: ``E001`` SQ
 is not a dict, ``E002`` unknown keys, ``E003`` a bad duration, ``E004`` a bad positive
 integer, ``E005`` a bad DLQ suffix, ``E006`` an unknown DATABASE alias, ``E007`` renewal
 not below the lease duration, ``E008`` a lower bound above its upper bound, ``E009`` a bad
-TOPICS entry, ``E011`` a bad SCHEDULES entry, ``E012`` a bad METRICS_TOKEN. From this module: ``sqlqueue.E010`` flags an
-unsupported database, ``sqlqueue.W001`` a MySQL queue
+TOPICS entry, ``E011`` a bad SCHEDULES entry, ``E012`` a bad METRICS_TOKEN, ``E013`` a bad
+HEALTH threshold. From this module: ``sqlqueue.E010`` flags an unsupported database,
+``sqlqueue.W001`` a MySQL queue
 connection that is not configured for READ COMMITTED and ``sqlqueue.W002`` a SQLite queue
 database whose transactions do not take the write lock at BEGIN.
 """

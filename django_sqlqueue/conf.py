@@ -58,6 +58,13 @@ DEFAULT_PARTITIONS = 8
 MAX_PARTITIONS = 4096
 #: Keys a ``TOPICS`` entry may have.
 TOPIC_OPTION_KEYS = frozenset({"partitions", "per_key"})
+#: Keys of ``HEALTH`` and the kind of value each takes.
+HEALTH_KEYS = {
+    "MAX_LAG": "an integer >= 0",
+    "MAX_LAG_SECONDS": "a number of seconds >= 0",
+    "MAX_DEAD_LETTERS": "an integer >= 0",
+    "REQUIRE_SUBSCRIBERS": "True or False",
+}
 #: Seconds between the "database still unreachable" lines a worker logs during an outage.
 DEFAULT_OUTAGE_REPORT_INTERVAL = 30.0
 
@@ -84,6 +91,9 @@ class QueueSettings:
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
     #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.
     METRICS_TOKEN: str | None = None
+    #: Health thresholds of ``queue_health`` and the console's overview (django_sqlqueue.ops.health):
+    #: ``{"MAX_LAG": 1000, "MAX_LAG_SECONDS": 300, "MAX_DEAD_LETTERS": 0, "REQUIRE_SUBSCRIBERS": True}``.
+    HEALTH: dict[str, Any] = field(default_factory=dict)
     #: Per-topic options: ``{"orders": {"partitions": 16}, "tenants": {"per_key": True}}``.
     TOPICS: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -221,6 +231,8 @@ def validate(raw: Any) -> list[Problem]:
                     hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
                 )
             )
+    if "HEALTH" in raw:
+        problems += _validate_health(raw["HEALTH"])
     if "TOPICS" in raw:
         problems += _validate_topics(raw["TOPICS"])
     if "SCHEDULES" in raw:
@@ -236,6 +248,35 @@ def validate(raw: Any) -> list[Problem]:
                 hint="Renew at most every LEASE_DURATION / 3 seconds.",
             )
         )
+    return problems
+
+
+def _validate_health(health: Any) -> list[Problem]:
+    """Problems of ``SQLQUEUE["HEALTH"]``: thresholds by name, each None (off) or a value."""
+    if not isinstance(health, dict):
+        return [Problem("sqlqueue.E013", f"SQLQUEUE['HEALTH'] must be a dict, not {type(health).__name__}.")]
+    problems: list[Problem] = []
+    unknown = sorted(map(str, set(health) - set(HEALTH_KEYS)))
+    if unknown:
+        problems.append(
+            Problem(
+                "sqlqueue.E013",
+                f"SQLQUEUE['HEALTH'] has unknown key(s): {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(HEALTH_KEYS)}.",
+            )
+        )
+    for key, kind in HEALTH_KEYS.items():
+        value = health.get(key)
+        if value is None:
+            continue
+        if key == "REQUIRE_SUBSCRIBERS":
+            ok = isinstance(value, bool)
+        elif key == "MAX_LAG_SECONDS":
+            ok = _is_seconds(value, zero=True)
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        if not ok:
+            problems.append(Problem("sqlqueue.E013", f"SQLQUEUE['HEALTH'][{key!r}] must be {kind}, got {value!r}."))
     return problems
 
 
@@ -315,6 +356,8 @@ def get_settings() -> QueueSettings:
         values["TOPICS"] = {topic: dict(options) for topic, options in values["TOPICS"].items()}
     if "SCHEDULES" in values:
         values["SCHEDULES"] = {name: dict(spec) for name, spec in values["SCHEDULES"].items()}
+    if "HEALTH" in values:
+        values["HEALTH"] = dict(values["HEALTH"])
     return QueueSettings(**values)
 
 

@@ -56,6 +56,7 @@ import time
 from functools import partial
 
 from .conf import QueueSettings
+from .instruments import NO_INSTRUMENTS, Instruments
 from .outage import OutageReporter, is_unreachable
 from .service import ServiceThread
 from .store import QueueStore
@@ -83,6 +84,7 @@ class LeaseKeeper(ServiceThread):
         conf: QueueSettings,
         *,
         outage: OutageReporter | None = None,
+        instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
         super().__init__(
             using=store.using,
@@ -92,6 +94,7 @@ class LeaseKeeper(ServiceThread):
         self.subscriptions = subscriptions
         self.store = store
         self.conf = conf
+        self.instruments = instruments
 
     def body(self) -> None:
         renew = self.conf.LEASE_RENEW_INTERVAL
@@ -210,6 +213,7 @@ class LeaseKeeper(ServiceThread):
         lost = sub.held - set(held)
         if lost:
             logger.warning("lost leases group=%s topic=%s partitions=%s", group, topic, sorted(lost))
+            self.instruments.leases(group, topic, lost=len(lost))
         if cap is not None and len(held) > cap:
             excess = held[cap:]
             self.hand_over(sub, frozenset(held[:cap]), excess)
@@ -235,6 +239,7 @@ class LeaseKeeper(ServiceThread):
             if taken:
                 self.db("create watermarks", partial(store.ensure_offsets, group, topic, taken))
                 logger.info("acquired leases group=%s topic=%s partitions=%s", group, topic, taken)
+                self.instruments.leases(group, topic, acquired=len(taken))
                 held = sorted({*held, *taken})
         sub.held = frozenset(held)
 
@@ -255,6 +260,7 @@ class LeaseKeeper(ServiceThread):
         worker that no longer holds a lease are dropped, see ``store/acks.py``). A batch
         that takes longer than a third of the lease is not waited for: at-least-once.
         """
+        given_up = len(release) if release is not None else len(sub.held - keep)
         sub.held = keep
         budget = self.conf.LEASE_DURATION / 3
         deadline = time.monotonic() + budget
@@ -265,6 +271,8 @@ class LeaseKeeper(ServiceThread):
             # new batch of it can start: it is out of ``held`` and we hold the poll lock.
             sub.in_flight.wait_idle(release, timeout=max(0.0, deadline - time.monotonic()))
             self.db("release leases", lambda: self.store.release_leases(sub.group, sub.topic, sub.name, release))
+            if given_up:
+                self.instruments.leases(sub.group, sub.topic, released=given_up)
         finally:
             if got:
                 sub.poll_lock.release()
@@ -274,6 +282,8 @@ class LeaseKeeper(ServiceThread):
         for sub in self.subscriptions:
             try:
                 self.db("release leases", partial(self.store.release_leases, sub.group, sub.topic, sub.name))
+                if sub.held:
+                    self.instruments.leases(sub.group, sub.topic, released=len(sub.held))
                 self.db("deregister", partial(self.store.deregister, sub.group, sub.topic, sub.name))
                 sub.held = frozenset()
                 logger.info("released all leases group=%s topic=%s subscriber=%s", sub.group, sub.topic, sub.name)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import defaultdict
 from dataclasses import replace
 
@@ -35,6 +36,7 @@ from .conf import QueueSettings
 from .dbconn import close_all_quietly, tidy_connections
 from .executor import PartitionExecutor
 from .handlers import HandlerRunner
+from .instruments import NO_INSTRUMENTS, Instruments
 from .outage import OutageReporter
 from .progress import BatchProgress
 from .retry import Retrying
@@ -60,6 +62,7 @@ class Poller:
         batches: BatchRunner,
         invoke: HandlerRunner,
         outage: OutageReporter | None = None,
+        instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
         self.store = store
         self.sequencer = sequencer
@@ -68,6 +71,7 @@ class Poller:
         self.batches = batches
         self.invoke = invoke
         self.outage = outage
+        self.instruments = instruments
         #: Per handler thread: the outage count when it last used its connections.
         self._seen = threading.local()
         #: The worker's handler threads and their watchdog, set when it starts (None:
@@ -79,12 +83,12 @@ class Poller:
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""
         with sub.poll_lock:  # the lease keeper hands partitions over between polls
-            return self._poll(sub)
+            if not sub.held:
+                return 0, False
+            return self._poll(sub, time.perf_counter())
 
-    def _poll(self, sub: Subscription) -> tuple[int, bool]:
+    def _poll(self, sub: Subscription, started: float) -> tuple[int, bool]:
         store, group, topic = self.store, sub.group, sub.topic
-        if not sub.held:
-            return 0, False
         states = self.db("poll state", lambda: store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
         busy = sub.in_flight.snapshot()
         # A partition whose batch is still on a handler thread is left alone (order).
@@ -98,7 +102,10 @@ class Poller:
         by_key: dict[int, PartitionState] = {s.partition: s for s in states}
         unsequenced = [s.partition for s in states if s.unsequenced]
         if unsequenced:
+            began = time.perf_counter()
             heads = self.db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
+            numbered = sum(head - by_key[partition].head for partition, head in heads.items())
+            self.instruments.sequenced(topic, time.perf_counter() - began, numbered)
             for partition, head in heads.items():
                 by_key[partition] = replace(by_key[partition], head=head)
             states = [by_key[s.partition] for s in states]
@@ -120,6 +127,7 @@ class Poller:
         if self.executor is not None and self.executor.concurrency > 1:
             plans = self._share_slots(plans)
         if not plans:
+            self.instruments.polled(group, topic, time.perf_counter() - started, 0)
             return 0, False
         logger.debug(
             "poll group=%s topic=%s leased=%d with_work=%d partitions=%s",
@@ -133,6 +141,7 @@ class Poller:
         fetched = self.db("fetch", lambda: store.fetch(group, topic, plans, limit))
         batches, parked, full = self._select(sub, fetched, by_key)
         if not batches and not parked:
+            self.instruments.polled(group, topic, time.perf_counter() - started, 0)
             return 0, False
         for key, batch in batches.items():
             logger.debug(
@@ -156,6 +165,9 @@ class Poller:
         # A partition whose lease was lost since the poll began (stolen after expiry,
         # released by an operator) was not recorded: deliver none of its messages.
         batches = {key: batch for key, batch in batches.items() if key in held}
+        self.instruments.polled(group, topic, time.perf_counter() - started, len(batches))
+        for batch in batches.values():
+            self.instruments.batch(group, topic, len(batch))
         watermarks = {key: by_key[key].watermark for key in batches}
         messages = [m for key in sorted(batches) for m in batches[key]]
         if self.executor is not None and self.watchdog is not None and self.executor.concurrency == 1:

@@ -51,6 +51,7 @@ from . import signals
 from .batch import BatchRunner, Outcomes, attempt_number
 from .exceptions import HandlersStuck, HandlerTimeout
 from .executor import DeadThread, Job, PartitionExecutor
+from .instruments import NO_INSTRUMENTS, Instruments
 from .progress import BatchProgress
 from .retry import Retrying
 from .store import FetchedMessage, QueueStore
@@ -77,12 +78,14 @@ class Watchdog:
         *,
         db: Retrying,
         on_stuck: Callable[[DeadThread], None],
+        instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
         self.executor = executor
         self.store = store
         self.batches = batches
         self.db = db
         self._on_stuck = on_stuck
+        self.instruments = instruments
 
     def next_check(self, now: float | None = None) -> float | None:
         """Seconds until the next look: the earliest running handler's deadline, at most
@@ -203,6 +206,7 @@ class Watchdog:
                 "release lease",
                 lambda: self.store.release_leases(sub.group, sub.topic, sub.name, [partition]),
             )
+            self.instruments.leases(sub.group, sub.topic, released=1)
         except Exception:  # it expires within a lease duration instead
             logger.exception(
                 "could not release the lease of a timed-out partition group=%s topic=%s partition=%d",

@@ -57,6 +57,7 @@ from .exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from .executor import DeadThread, PartitionExecutor
 from .handlers import HandlerRunner
 from .healthfile import HealthFile
+from .instruments import NO_INSTRUMENTS, Instruments
 from .leasing import LeaseKeeper
 from .outage import OutageReporter, is_unreachable
 from .poller import Poller
@@ -87,11 +88,14 @@ class Worker:
         concurrency: int = 1,
         schedules: list[Schedule] | None = None,
         health_file: str | None = None,
+        instruments: Instruments | None = None,
     ) -> None:
         """``concurrency``: handler threads running batches of different partitions in parallel
         (1: handlers run on the poll loop's thread, one at a time). ``schedules``: recurring
         tasks and messages this worker helps fire (django_sqlqueue.scheduler). ``health_file``: a
-        file touched after healthy poll-loop rounds (django_sqlqueue.healthfile)."""
+        file touched after healthy poll-loop rounds (django_sqlqueue.healthfile).
+        ``instruments``: monitoring hooks for polls, batches, sequencer runs and leases
+        (django_sqlqueue.instruments; ``runconsumer --metrics-port`` passes its metrics)."""
         if not specs:
             raise ValueError("a worker needs at least one consumer")
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -101,6 +105,7 @@ class Worker:
         self.watchdog: Watchdog | None = None
         self.conf = conf or get_settings()
         self.name = name
+        self.instruments = instruments or NO_INSTRUMENTS
         self.store = QueueStore(using or self.conf.DATABASE)
         self.sequencer = Sequencer(self.store.using)
         self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
@@ -108,7 +113,9 @@ class Worker:
         self.db = Retrying(self.store.using, self.stop_event)
         # One outage reporter for the poll loop and the side threads (django_sqlqueue.outage).
         self.outage = OutageReporter(alias=self.store.using, report_interval=self.conf.OUTAGE_REPORT_INTERVAL)
-        self.keeper = LeaseKeeper(self.subscriptions, self.store, self.conf, outage=self.outage)
+        self.keeper = LeaseKeeper(
+            self.subscriptions, self.store, self.conf, outage=self.outage, instruments=self.instruments
+        )
         # Calls sync and async handlers; owns this worker's event loop (django_sqlqueue.handlers).
         self.invoke = HandlerRunner()
         self.scheduler = Scheduler(schedules, using=self.store.using, outage=self.outage) if schedules else None
@@ -122,6 +129,7 @@ class Worker:
             batches=self.batches,
             invoke=self.invoke,
             outage=self.outage,
+            instruments=self.instruments,
         )
         self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
         #: The side thread or handler thread whose death stopped the worker (None: none died).
@@ -165,7 +173,12 @@ class Worker:
         if self.uses_handler_threads:
             self.executor = self.poller.executor = PartitionExecutor(self.concurrency, on_death=self._service_died)
             self.watchdog = self.poller.watchdog = Watchdog(
-                self.executor, self.store, self.batches, db=self.db, on_stuck=self._service_died
+                self.executor,
+                self.store,
+                self.batches,
+                db=self.db,
+                on_stuck=self._service_died,
+                instruments=self.instruments,
             )
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)

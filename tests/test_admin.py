@@ -134,6 +134,22 @@ def test_overview_shows_problems(scene, viewer):
     assert "typo is consumed by no group" in html
 
 
+def test_overview_flags_the_health_thresholds_of_the_setting(scene, viewer):
+    """SQLQUEUE["HEALTH"]: the problems queue_health prints, in words, and the rows marked."""
+    html = viewer.get(u("overview")).content.decode()
+    assert "No health thresholds are set" in html and "over threshold" not in html
+    with override_settings(SQLQUEUE={**SETTINGS, "HEALTH": {"MAX_LAG": 3, "MAX_DEAD_LETTERS": 2}}):
+        html = viewer.get(u("overview")).content.decode()
+    assert "No health thresholds are set" not in html
+    assert "group billing on orders is 4 message(s) behind (HEALTH MAX_LAG 3)" in html
+    assert "group billing on orders has 3 dead letter(s) (HEALTH MAX_DEAD_LETTERS 2)" in html
+    assert 'title="lag group=billing topic=orders value=4 max=3"' in html
+    billing = next(row for row in html.split("<tr") if ">billing</a>" in row)
+    assert 'class="sq-bad"' in billing and "lag over threshold" in billing and "dead letters over threshold" in billing
+    shipping = next(row for row in html.split("<tr") if ">shipping</a>" in row)  # caught up, 1 dead letter
+    assert "over threshold" not in shipping
+
+
 def test_messages_filters_and_pagination(scene, viewer):
     html = viewer.get(u("messages"), {"topic": "orders", "key": "k1"}).content.decode()
     assert "o16" in html and "o3<" not in html

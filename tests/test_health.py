@@ -223,3 +223,54 @@ def test_an_unreachable_database_exits_2():
         url = f"{scheme}://nobody:nothing@127.0.0.1:1/sqlqueue_h"  # nothing listens on port 1
     down = run("--max-lag", "10", url=url)
     assert down.returncode == 2 and "could not read the queue database" in down.stderr
+
+
+def test_thresholds_of_the_setting_apply_and_a_flag_overrides_its_own():
+    """SQLQUEUE["HEALTH"] gives queue_health its defaults; each flag replaces one of them."""
+    with override_settings(SQLQUEUE={**SETTINGS, "HEALTH": {"MAX_LAG": 3, "MAX_DEAD_LETTERS": 2}}):
+        status, lines = health("--group", "billing")
+        assert (status, lines) == (
+            1,
+            [
+                "lag group=billing topic=orders value=4 max=3",
+                "dead_letters group=billing topic=orders value=3 max=2",
+            ],
+        )
+        status, lines = health("--group", "billing", "--max-lag", "10")
+        assert (status, lines) == (1, ["dead_letters group=billing topic=orders value=3 max=2"])
+    with override_settings(SQLQUEUE={**SETTINGS, "HEALTH": {"REQUIRE_SUBSCRIBERS": True}}):
+        status, lines = health()
+        assert (status, lines) == (1, ["subscribers group=retired topic=orders value=0 min=1"])
+
+
+def test_the_overview_problems_are_the_commands_lines():
+    thresholds = ops.Thresholds(max_lag=3, require_subscribers=True)
+    overview = ops.overview(cap=ops.dead_letter_cap(thresholds))
+    found = ops.overview_problems(overview, thresholds)
+    assert [p.line for p in found] == [p.line for p in ops.check_health(thresholds).problems]
+    assert [p.text for p in found] == [
+        "group billing on orders is 4 message(s) behind (HEALTH MAX_LAG 3)",
+        "group retired on orders is 20 message(s) behind (HEALTH MAX_LAG 3)",
+        "group retired on orders has no live subscriber (HEALTH REQUIRE_SUBSCRIBERS)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("health_setting", "message"),
+    [
+        ([1], "SQLQUEUE['HEALTH'] must be a dict, not list."),
+        ({"MAX_LAGG": 1}, "SQLQUEUE['HEALTH'] has unknown key(s): MAX_LAGG."),
+        ({"MAX_LAG": -1}, "SQLQUEUE['HEALTH']['MAX_LAG'] must be an integer >= 0, got -1."),
+        ({"MAX_LAG": True}, "SQLQUEUE['HEALTH']['MAX_LAG'] must be an integer >= 0, got True."),
+        (
+            {"MAX_LAG_SECONDS": "5m"},
+            "SQLQUEUE['HEALTH']['MAX_LAG_SECONDS'] must be a number of seconds >= 0, got '5m'.",
+        ),
+        ({"REQUIRE_SUBSCRIBERS": 1}, "SQLQUEUE['HEALTH']['REQUIRE_SUBSCRIBERS'] must be True or False, got 1."),
+    ],
+)
+def test_a_bad_health_setting_is_the_system_check_e013(health_setting, message):
+    from django_sqlqueue.conf import validate
+
+    problems = validate({"HEALTH": health_setting})
+    assert [(p.id, p.msg) for p in problems] == [("sqlqueue.E013", message)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from django_sqlqueue.instruments import Instruments
 from django_sqlqueue.leasing import LeaseKeeper
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, PausedTopic, SubscriberHeartbeat
 from django_sqlqueue.subscription import Subscription
@@ -151,3 +152,41 @@ def test_watermark_rows_the_poll_found_missing_are_created_by_the_keeper():
     sub.missing_offsets = frozenset({1})  # what a poll does when it meets the partition
     keeper.check_membership()
     assert watermark("g", topic, 1) == 0 and sub.missing_offsets == frozenset()
+
+
+class Recorder(Instruments):
+    """Instruments that keep what the keeper reported."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int, int]] = []
+
+    def leases(self, group: str, topic: str, *, acquired: int = 0, released: int = 0, lost: int = 0) -> None:
+        self.seen.append((group, acquired, released, lost))
+
+    def total(self, field: int) -> int:
+        return sum(row[field] for row in self.seen)
+
+
+def test_the_keeper_reports_leases_acquired_released_and_lost_to_its_instruments():
+    """What runconsumer --metrics-port counts as sqlqueue_leases_{acquired,released,lost}_total."""
+    topic = "w.instruments"
+    conf = fast_conf(TOPICS={topic: {"partitions": 4}})
+    store().register_topic(topic, 4)
+    one = Subscription.create(spec(topic, "g", lambda m: None), "one", conf)
+    two = Subscription.create(spec(topic, "g", lambda m: None), "two", conf)
+    seen = Recorder()
+    keeper = LeaseKeeper([one, two], store(), conf, instruments=seen)
+    keeper.rebalance(one)  # alone: 4 acquired
+    assert (seen.total(1), seen.total(2), seen.total(3)) == (4, 0, 0)
+    keeper.rebalance(two)  # heartbeat: one's share is now 2
+    keeper.rebalance(one)  # 2 released over its share
+    keeper.rebalance(two)  # 2 acquired
+    assert (seen.total(1), seen.total(2), seen.total(3)) == (6, 2, 0)
+    # Partition 0's lease passes to "two" behind one's back (as after an expiry).
+    PartitionLease.objects.filter(topic=topic, partition=0).update(leased_by="two")
+    keeper.rebalance(one)
+    assert seen.total(3) == 1 and 0 not in one.held
+    assert (one.held, two.held) == (frozenset({1}), frozenset({2, 3}))
+    keeper.release_all()  # counts what each held as far as it knew: 1 + 2
+    assert seen.total(2) == 2 + 3
+    assert not PartitionLease.objects.exists()

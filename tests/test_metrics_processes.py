@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_sqlqueue import publish_many
+from django_sqlqueue.store import QueueStore
 
 from .processes import wait_until
 
@@ -71,6 +72,20 @@ def test_a_real_worker_counts_what_its_handlers_did(runconsumer):
     assert found[("sqlqueue_handler_duration_seconds_count", G1)] == 12
     assert found[("sqlqueue_handler_duration_seconds_bucket", tuple(sorted((*G1, ("le", "+Inf")))))] == 12
     assert found.get(("sqlqueue_messages_timed_out_total", G1), 0) == 0
+    # The worker's hooks: every delivery went out in a batch; one worker numbered all 8
+    # messages and holds every partition of the topic.
+    assert found[("sqlqueue_batch_size_sum", G1)] == 12
+    assert 1 <= found[("sqlqueue_batch_size_count", G1)] <= 12
+    polls = found[("sqlqueue_polls_total", G1)]
+    assert polls >= found[("sqlqueue_batch_size_count", G1)] / 8
+    assert 0 < found[("sqlqueue_polls_empty_total", G1)] < polls
+    assert found[("sqlqueue_poll_duration_seconds_count", G1)] == polls
+    topic = (("topic", "proc.events"),)
+    assert found[("sqlqueue_sequenced_messages_total", topic)] == 8
+    runs = found[("sqlqueue_sequencer_runs_total", topic)]
+    assert runs >= 1 and found[("sqlqueue_sequencer_duration_seconds_count", topic)] == runs
+    assert found[("sqlqueue_leases_acquired_total", G1)] == QueueStore("default").partition_count("proc.events")
+    assert found.get(("sqlqueue_leases_lost_total", G1), 0) == 0
     assert worker.terminate() == 0
 
 

@@ -15,8 +15,18 @@ from .base import Console, audit, confirmed, fail, parse_int, parse_time, pretty
 class Pages(Console):
     def overview(self, request: HttpRequest) -> HttpResponse:
         require(request)
-        data = ops.overview()
-        return self.render(request, "overview.html", {"o": data}, tab="overview", title="Queue overview")
+        # SQLQUEUE["HEALTH"]: the thresholds queue_health checks, flagged here too.
+        thresholds = ops.configured_thresholds()
+        data = ops.overview(cap=ops.dead_letter_cap(thresholds))
+        health = ops.overview_problems(data, thresholds)
+        rows = [(g, [p for p in health if (p.group, p.topic) == (g.group, g.topic)]) for g in data.groups]
+        return self.render(
+            request,
+            "overview.html",
+            {"o": data, "health": health, "thresholds": thresholds, "rows": rows},
+            tab="overview",
+            title="Queue overview",
+        )
 
     def messages(self, request: HttpRequest) -> HttpResponse:
         require(request)

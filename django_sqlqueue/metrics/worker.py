@@ -1,10 +1,14 @@
 """Counters and histograms of one ``runconsumer`` process, served on ``--metrics-port``.
 
 :class:`WorkerMetrics` keeps its metrics on a private ``CollectorRegistry`` (no global
-state), connects receivers to the signals of :mod:`django_sqlqueue.signals` (sent on the
-worker's handler threads, see that module) and serves them with ``prometheus_client``'s
-HTTP server. Each process serves its own, so several processes on one host need several
-ports. Labels: ``group`` and ``topic`` only.
+state). Per-message metrics come from receivers of the signals of
+:mod:`django_sqlqueue.signals` (sent on the worker's handler threads, see that module);
+polls, batches, sequencer runs and lease changes from the worker's monitoring hooks
+(:class:`~django_sqlqueue.instruments.Instruments`, which this class implements: the
+command passes it as ``Worker(instruments=...)``). It serves them with
+``prometheus_client``'s HTTP server. Each process serves its own, so several processes on
+one host need several ports. Labels: ``group`` and ``topic`` only (``topic`` alone for the
+sequencer, which numbers a topic's messages for every group).
 """
 
 from __future__ import annotations
@@ -13,14 +17,19 @@ from typing import Any
 
 from django_sqlqueue import signals
 from django_sqlqueue.exceptions import HandlerTimeout, Reject
+from django_sqlqueue.instruments import Instruments
 
 from . import require_prometheus_client
 
 #: Buckets of ``sqlqueue_handler_duration_seconds``: 1 ms to 5 minutes.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: Buckets of the poll and sequencer durations: 0.5 ms to 10 s.
+QUERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+#: Buckets of ``sqlqueue_batch_size`` (messages).
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
-class WorkerMetrics:
+class WorkerMetrics(Instruments):
     """The metrics of one worker process; :meth:`start` connects the receivers and serves them."""
 
     def __init__(self) -> None:
@@ -49,6 +58,47 @@ class WorkerMetrics:
             registry=self.registry,
             buckets=DURATION_BUCKETS,
         )
+        self.batch_size = Histogram(
+            "sqlqueue_batch_size",
+            "Messages per batch handed to the handlers (one partition's batch).",
+            gt,
+            registry=self.registry,
+            buckets=BATCH_BUCKETS,
+        )
+        self.polls = counter("sqlqueue_polls", "Polls of a subscription (one group and topic).")
+        self.polls_empty = counter("sqlqueue_polls_empty", "Polls that found nothing to deliver.")
+        self.poll_duration = Histogram(
+            "sqlqueue_poll_duration_seconds",
+            "Seconds a poll took to plan and record its deliveries (state, sequencing, fetch, mark "
+            "delivered), the handlers not included.",
+            gt,
+            registry=self.registry,
+            buckets=QUERY_BUCKETS,
+        )
+        self.sequencer_runs = Counter(
+            "sqlqueue_sequencer_runs",
+            "Sequencer runs (numbering committed messages).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.sequenced_messages = Counter(
+            "sqlqueue_sequenced_messages", "Messages the sequencer numbered.", ["topic"], registry=self.registry
+        )
+        self.sequencer_duration = Histogram(
+            "sqlqueue_sequencer_duration_seconds",
+            "Seconds a sequencer run took (its transactions).",
+            ["topic"],
+            registry=self.registry,
+            buckets=QUERY_BUCKETS,
+        )
+        self.leases_acquired = counter("sqlqueue_leases_acquired", "Partition leases this process acquired.")
+        self.leases_released = counter(
+            "sqlqueue_leases_released",
+            "Partition leases this process gave back (fair share, a pause, a handler timeout, shutdown).",
+        )
+        self.leases_lost = counter(
+            "sqlqueue_leases_lost", "Partition leases this process found taken by another subscriber (expired)."
+        )
         self._server: Any = None
 
     # -- receivers (sender: the topic) ------------------------------------------------------
@@ -75,6 +125,30 @@ class WorkerMetrics:
 
     def on_dead_lettered(self, sender: str, *, group: str, topic: str, **kwargs: Any) -> None:
         self.dead_lettered.labels(group, topic).inc()
+
+    # -- the worker's hooks (django_sqlqueue.instruments) -------------------------------------
+
+    def polled(self, group: str, topic: str, seconds: float, batches: int) -> None:
+        self.polls.labels(group, topic).inc()
+        if not batches:
+            self.polls_empty.labels(group, topic).inc()
+        self.poll_duration.labels(group, topic).observe(seconds)
+
+    def batch(self, group: str, topic: str, size: int) -> None:
+        self.batch_size.labels(group, topic).observe(size)
+
+    def sequenced(self, topic: str, seconds: float, numbered: int) -> None:
+        self.sequencer_runs.labels(topic).inc()
+        self.sequenced_messages.labels(topic).inc(numbered)
+        self.sequencer_duration.labels(topic).observe(seconds)
+
+    def leases(self, group: str, topic: str, *, acquired: int = 0, released: int = 0, lost: int = 0) -> None:
+        if acquired:
+            self.leases_acquired.labels(group, topic).inc(acquired)
+        if released:
+            self.leases_released.labels(group, topic).inc(released)
+        if lost:
+            self.leases_lost.labels(group, topic).inc(lost)
 
     # -- life ---------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from .base import NotFound, OperationError
 from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
-from .health import Health, Thresholds, check_health
+from .health import Health, Thresholds, check_health, configured_thresholds, dead_letter_cap, overview_problems
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, overview
@@ -46,7 +46,9 @@ __all__ = [
     "TopicPurge",
     "browse",
     "check_health",
+    "configured_thresholds",
     "count_dead_letters",
+    "dead_letter_cap",
     "drop_group",
     "get_dead_letter",
     "get_message",
@@ -59,6 +61,7 @@ __all__ = [
     "list_topics",
     "log_topics",
     "overview",
+    "overview_problems",
     "parse_partitions",
     "pause",
     "paused_topics",

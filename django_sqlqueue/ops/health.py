@@ -17,6 +17,9 @@ crosses its threshold -- strictly above a maximum, or below one live subscriber 
   the threshold plus ``COUNT_CAP`` (a capped range of the (topic, id) index).
 - ``subscribers``: live subscribers (heartbeat within ``LEASE_DURATION``, not deregistered).
 
+Thresholds come from the command line, or from ``SQLQUEUE["HEALTH"]`` (:func:`configured_thresholds`),
+which the console's overview checks too (:func:`overview_problems`).
+
 Each problem prints as one stable line, ``<check> group=<g> topic=<t> value=<v> <max|min>=<n>``
 (e.g. ``lag group=billing topic=orders value=120 max=100``), so it can be grepped.
 """
@@ -27,8 +30,9 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
+from ..conf import get_settings
 from .base import NotFound, OperationError
-from .overview import COUNT_CAP, GroupTopicStatus, group_statuses
+from .overview import COUNT_CAP, GroupTopicStatus, Overview, group_statuses
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,27 @@ class Thresholds:
         ):
             raise OperationError(f"max-lag-seconds must be a number of seconds >= 0, got {seconds!r}.")
 
+    @property
+    def any(self) -> bool:
+        """Whether at least one check is on."""
+        return (
+            self.max_lag is not None
+            or self.max_lag_seconds is not None
+            or self.max_dead_letters is not None
+            or self.require_subscribers
+        )
+
+
+def configured_thresholds() -> Thresholds:
+    """The thresholds of ``SQLQUEUE["HEALTH"]`` (validated by the system check ``sqlqueue.E013``)."""
+    health = get_settings().HEALTH
+    return Thresholds(
+        max_lag=health.get("MAX_LAG"),
+        max_lag_seconds=health.get("MAX_LAG_SECONDS"),
+        max_dead_letters=health.get("MAX_DEAD_LETTERS"),
+        require_subscribers=bool(health.get("REQUIRE_SUBSCRIBERS")),
+    )
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -78,6 +103,24 @@ class Problem:
         value = f"{self.value:g}" + ("+" if self.capped else "")
         bound = "min" if self.check == "subscribers" else "max"
         return f"{self.check} group={self.group} topic={self.topic} value={value} {bound}={self.threshold:g}"
+
+    @property
+    def label(self) -> str:
+        """A short badge: what is over its threshold."""
+        return {"lag": "lag", "lag_seconds": "lag age", "dead_letters": "dead letters"}.get(self.check, "no subscriber")
+
+    @property
+    def text(self) -> str:
+        """The problem in words, for the console."""
+        value = f"{self.value:g}" + ("+" if self.capped else "")
+        where = f"group {self.group} on {self.topic}"
+        if self.check == "lag":
+            return f"{where} is {value} message(s) behind (HEALTH MAX_LAG {self.threshold:g})"
+        if self.check == "lag_seconds":
+            return f"{where}: its oldest unhandled message is {value} s old (HEALTH MAX_LAG_SECONDS {self.threshold:g})"
+        if self.check == "dead_letters":
+            return f"{where} has {value} dead letter(s) (HEALTH MAX_DEAD_LETTERS {self.threshold:g})"
+        return f"{where} has no live subscriber (HEALTH REQUIRE_SUBSCRIBERS)"
 
     def __str__(self) -> str:
         return self.line
@@ -126,6 +169,15 @@ def row_problems(row: GroupTopicStatus, thresholds: Thresholds, cap: int = COUNT
     if thresholds.require_subscribers and row.live_subscribers < 1:
         out.append(Problem("subscribers", row.group, row.topic, row.live_subscribers, 1))
     return out
+
+
+def overview_problems(overview: Overview, thresholds: Thresholds) -> list[Problem]:
+    """The thresholds the overview's group rows cross (what ``queue_health`` would print for them).
+
+    Build the overview with ``cap=dead_letter_cap(thresholds)`` so that a dead-letter
+    threshold above :data:`COUNT_CAP` is still judged on a count that reaches it.
+    """
+    return [p for row in overview.groups for p in row_problems(row, thresholds, overview.cap)]
 
 
 def check_health(

@@ -1,11 +1,13 @@
 """``manage.py queue_health``: one line per threshold crossed; exit 0 healthy, 1 unhealthy, 2 could not check.
 
 For Kubernetes exec probes, cron and monitoring plugins. The checks are ``ops.check_health``
-(``ops/health.py``); this command parses the thresholds and prints.
+(``ops/health.py``); this command parses the thresholds and prints. A threshold not given
+on the command line is taken from ``SQLQUEUE["HEALTH"]`` (the console's overview checks those).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -22,7 +24,8 @@ HEALTHY, UNHEALTHY, UNKNOWN = 0, 1, 2
 
 class Command(BaseCommand):
     help = (
-        "Check the consumer groups against thresholds (each off unless given): print one line per problem "
+        "Check the consumer groups against thresholds (each off unless given here or in SQLQUEUE['HEALTH']): "
+        "print one line per problem "
         "('<check> group=<g> topic=<t> value=<v> max=<n>'), exit 0 when healthy, 1 when a threshold is crossed, "
         "2 when the check could not run (bad usage, unknown group/topic, database unreachable)."
     )
@@ -40,17 +43,19 @@ class Command(BaseCommand):
         parser.add_argument(
             "--require-subscribers",
             action="store_true",
+            default=None,
             help="every group needs at least one live subscriber on each topic it consumes",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            thresholds = ops.Thresholds(
-                max_lag=options["max_lag"],
-                max_lag_seconds=options["max_lag_seconds"],
-                max_dead_letters=options["max_dead_letters"],
-                require_subscribers=options["require_subscribers"],
-            )
+            given = {
+                name: options[name]
+                for name in ("max_lag", "max_lag_seconds", "max_dead_letters", "require_subscribers")
+                if options[name] is not None
+            }
+            # Each flag overrides its SQLQUEUE["HEALTH"] value; the rest come from the setting.
+            thresholds = dataclasses.replace(ops.configured_thresholds(), **given)
             health = ops.check_health(thresholds, group=options["group"], topic=options["topic"])
         except SQLQueueError as exc:
             raise CommandError(str(exc), returncode=UNKNOWN) from exc

@@ -57,7 +57,8 @@ class Command(BaseCommand):
             type=int,
             metavar="N",
             help="serve this process's Prometheus counters and histograms (messages processed, failed, "
-            "retried, dead-lettered, timed out; handler duration) on http://ADDR:N/metrics "
+            "retried, dead-lettered, timed out; handler duration, batch size, polls, sequencer runs, leases) on "
+            "http://ADDR:N/metrics "
             "(needs the 'prometheus' extra; see docs/observability.md)",
         )
         parser.add_argument(
@@ -90,16 +91,17 @@ class Command(BaseCommand):
             )
         name = options["name"] or f"{socket.gethostname()}:{os.getpid()}"
         schedules = [] if options["no_schedules"] else all_schedules(get_settings().SCHEDULES)
-        worker = Worker(
-            specs,
-            name=name,
-            conf=get_settings(),
-            concurrency=options["concurrency"],
-            schedules=schedules,
-            health_file=health_file,
-        )
         metrics = self._start_metrics(options["metrics_port"], options["metrics_addr"])
         try:
+            worker = Worker(
+                specs,
+                name=name,
+                conf=get_settings(),
+                concurrency=options["concurrency"],
+                schedules=schedules,
+                health_file=health_file,
+                instruments=metrics,
+            )
             with graceful_signals(worker.stop):
                 try:
                     worker.run()
