@@ -9,7 +9,8 @@ Environment (all optional):
 - ``BENCH_PARTITIONS`` (default 8): partitions of the benchmark topics ``bench.drain`` and
   ``bench.latency`` (``SQLQUEUE["TOPICS"]``); keys are hashed to them;
 - ``BENCH_CONN_MAX_AGE``: Django's ``CONN_MAX_AGE`` for the worker's connection ("none" = keep
-  it open forever; unset = Django's default, 0, which is what a project gets out of the box).
+  it open forever; unset = Django's default, 0, which is what a project gets out of the box);
+- ``BENCH_OTEL=1``: an OpenTelemetry SDK tracer provider (``bench/overhead.py``).
 """
 
 from __future__ import annotations
@@ -34,3 +35,10 @@ SQLQUEUE = {
         topic: {"partitions": env.int("BENCH_PARTITIONS", default=8)} for topic in ("bench.drain", "bench.latency")
     },
 }
+
+# bench/overhead.py: BENCH_OTEL=1 gives the worker an OpenTelemetry SDK tracer provider (spans
+# counted and dropped, bench/otel_setup.py), so its handlers run in traced process spans.
+if env.bool("BENCH_OTEL", default=False):
+    from bench.otel_setup import install as _install_otel
+
+    _install_otel()
