@@ -184,8 +184,22 @@ class ProcessSpan:
         span.end()
 
 
-def start_process(message: Processed, attributes: Mapping[str, Any] | None = None) -> ProcessSpan:
-    """Start the ``process {topic}`` span of a handler call on ``message``, linked to its producer."""
+def _configured() -> bool:
+    """Whether the process has a tracer provider to record with (an SDK was set up).
+
+    Until the project sets one, the API's tracer is a proxy to a no-op tracer: then a
+    process span would cost its link extraction and context switch for nothing.
+    """
+    if not isinstance(_tracer, trace.ProxyTracer):
+        return True  # a tracer of a real provider (put in place by a test, say)
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def start_process(message: Processed, attributes: Mapping[str, Any] | None = None) -> ProcessSpan | None:
+    """Start the ``process {topic}`` span of a handler call on ``message``, linked to its
+    producer; None if no tracer provider is configured (nothing would record it)."""
+    if not _configured():
+        return None
     span = _tracer.start_span(
         f"process {message.topic}",
         # A root: the worker's thread may hold another context, the message does not belong to it.
