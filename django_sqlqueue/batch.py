@@ -264,7 +264,7 @@ class BatchRunner:
         # attempt's outcome -- below, or the watchdog if it abandons the batch (progress.span).
         span = tracing.start_process(received) if tracing.ENABLED else None
         if progress is not None and not progress.begin(index, handler_timeout(sub, received), received, span):
-            if span is not None:
+            if span is not None:  # (abandoned meanwhile: not reached in practice, but never left open)
                 span.end(None)
             return False
         error: BaseException | None = None

@@ -19,7 +19,9 @@ Follows the OpenTelemetry messaging semantic conventions:
 
 The engine calls :func:`start_send` and :func:`start_process` only when :data:`ENABLED`
 (``opentelemetry-api`` importable): without the package the whole cost is that one check.
-Only the API is used; the project installs and configures an SDK (exporter, sampler).
+With it, :func:`start_send` returns None at once when no span is active, and
+:func:`start_process` when no tracer provider is configured. Only the API is used; the
+project installs and configures an SDK (exporter, sampler).
 
 This module imports nothing of the package (a leaf: the engine imports it).
 """
