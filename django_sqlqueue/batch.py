@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from . import dlq, signals
+from . import dlq, signals, tracing
 from .backoff import retry_delay
 from .conf import QueueSettings
 from .consumers import ReceivedMessage
@@ -260,12 +260,21 @@ class BatchRunner:
             _on_progress=None if progress is None else progress.touch,
         )
         self.stats.add(delivered=1)
-        if progress is not None and not progress.begin(index, handler_timeout(sub, received), received):
+        # The attempt's process span (tracing.py): started here, ended by whoever records the
+        # attempt's outcome -- below, or the watchdog if it abandons the batch (progress.span).
+        span = tracing.start_process(received) if tracing.ENABLED else None
+        if progress is not None and not progress.begin(index, handler_timeout(sub, received), received, span):
+            if span is not None:  # (abandoned meanwhile: not reached in practice, but never left open)
+                span.end(None)
             return False
         error: BaseException | None = None
         started = time.monotonic()
         try:
-            invoke(sub.spec.handler, received, progress)
+            if span is None:
+                invoke(sub.spec.handler, received, progress)
+            else:
+                with span:  # the current span while the handler runs: its publishes are children
+                    invoke(sub.spec.handler, received, progress)
         except BaseException as exc:  # noqa: BLE001 - any handler error is a failed attempt; see _decide
             error = exc
         duration = time.monotonic() - started
@@ -276,6 +285,8 @@ class BatchRunner:
         else:
             recorded = progress.record(decide)
         if recorded:
+            if span is not None:
+                span.end(error, requested=isinstance(error, Retry))
             # Outside the progress lock: a receiver must not hold the watchdog up.
             if error is None:
                 signals.send(signals.message_processed, sub.topic, message=received, duration=duration)

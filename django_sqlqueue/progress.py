@@ -68,15 +68,19 @@ class BatchProgress:
         #: The thread running the handler, and the ``ReceivedMessage`` it was given.
         self.thread: threading.Thread | None = None
         self.received: Any = None
+        #: The handler call's ``tracing.ProcessSpan`` (None: not traced): ended by the
+        #: watchdog if it abandons the batch, else by the batch thread.
+        self.span: Any = None
 
-    def begin(self, index: int, timeout: float | None, received: Any = None) -> bool:
-        """A handler call on ``messages[index]`` (``received``: what the handler gets) starts;
-        False if the batch was abandoned."""
+    def begin(self, index: int, timeout: float | None, received: Any = None, span: Any = None) -> bool:
+        """A handler call on ``messages[index]`` (``received``: what the handler gets; ``span``:
+        its process span) starts; False if the batch was abandoned."""
         with self.lock:
             if self.state != RUNNING:
                 return False
             self.index = index
             self.received = received
+            self.span = span
             self.timeout = timeout
             self.started = self.since = time.monotonic()
             self.cancellable = False

@@ -41,7 +41,7 @@ from django.conf import settings
 from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import signals
+from . import signals, tracing
 from .conf import QueueSettings, get_settings
 from .dialects import get_dialect
 from .dialects.base import MessageRow
@@ -92,19 +92,63 @@ def publish(
     input and :class:`~django_sqlqueue.exceptions.IdempotencyConflict` when ``id`` was
     published with another payload or key.
     """
-    conf = get_settings()
-    validate_topic(topic)
-    prepared = prepare_message(
+    return publish_message(
+        topic,
         payload,
         key=key,
         id=id,
         metadata=metadata,
         delay=delay,
         deliver_at=deliver_at,
-        max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
+        using=using,
+        stacklevel=5,  # OutboxWarning names publish()'s caller, one frame further
     )
-    alias = _alias(using, conf)
-    return _announce(write_messages(topic, [prepared], using=alias, conf=conf), alias)[0]
+
+
+def publish_message(
+    topic: str,
+    payload: Any,
+    *,
+    key: Any = "",
+    id: Any = None,
+    metadata: dict[str, Any] | None = None,
+    delay: Any = None,
+    deliver_at: Any = None,
+    using: str | None = None,
+    span_attributes: Mapping[str, Any] | None = None,
+    stacklevel: int = 4,
+) -> PublishedMessage:
+    """:func:`publish`, plus attributes for its ``send`` span (the tasks backend names the task).
+
+    ``stacklevel``: of an ``OutboxWarning``, counted from ``write_messages``'s warning (4:
+    this function's caller).
+    """
+    conf = get_settings()
+    validate_topic(topic)
+    # One check when tracing is off or no span is active (tracing.py).
+    span = tracing.start_send(topic, attributes=span_attributes) if tracing.ENABLED else None
+    try:
+        if span is not None:
+            metadata = span.inject(metadata)
+        prepared = prepare_message(
+            payload,
+            key=key,
+            id=id,
+            metadata=metadata,
+            delay=delay,
+            deliver_at=deliver_at,
+            max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
+        )
+        alias = _alias(using, conf)
+        written = write_messages(topic, [prepared], using=alias, conf=conf, stacklevel=stacklevel)
+        published = _announce(written, alias)
+    except BaseException as exc:
+        if span is not None:
+            span.end(exc)
+        raise
+    if span is not None:
+        span.end(None, published)
+    return published[0]
 
 
 def publish_many(
@@ -126,23 +170,37 @@ def publish_many(
         raise InvalidMessage(
             f"publish_many() takes an iterable of message dicts, not {type(messages).__name__}."
         ) from None
-    prepared: list[PreparedMessage] = []
-    for index, item in enumerate(items):
-        where = f"message #{index}"
-        if not isinstance(item, Mapping):
-            raise InvalidMessage(f"{where}: expected a dict, got {type(item).__name__}.")
-        unknown = sorted(map(str, set(item) - MESSAGE_KEYS))  # str: keys of any type sort
-        if unknown:
-            raise InvalidMessage(
-                f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
-            )
-        if "payload" not in item:
-            raise InvalidMessage(f"{where}: missing 'payload'.")
-        prepared.append(prepare_message(**item, max_payload_bytes=conf.MAX_PAYLOAD_BYTES, position=where))
-    if not prepared:
-        return []
-    alias = _alias(using, conf)
-    return _announce(write_messages(topic, prepared, using=alias, conf=conf), alias)
+    # Listed first for messaging.batch.message_count. With a span active, one send span covers
+    # the validation and the write, and its context goes into each item's metadata (tracing.py).
+    batch = list(items)
+    span = tracing.start_send(topic, count=len(batch)) if tracing.ENABLED and batch else None
+    try:
+        prepared: list[PreparedMessage] = []
+        for index, item in enumerate(batch):
+            where = f"message #{index}"
+            if not isinstance(item, Mapping):
+                raise InvalidMessage(f"{where}: expected a dict, got {type(item).__name__}.")
+            unknown = sorted(map(str, set(item) - MESSAGE_KEYS))  # str: keys of any type sort
+            if unknown:
+                raise InvalidMessage(
+                    f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(MESSAGE_KEYS))}."
+                )
+            if "payload" not in item:
+                raise InvalidMessage(f"{where}: missing 'payload'.")
+            if span is not None:
+                item = {**item, "metadata": span.inject(item.get("metadata"))}
+            prepared.append(prepare_message(**item, max_payload_bytes=conf.MAX_PAYLOAD_BYTES, position=where))
+        if not prepared:
+            return []
+        alias = _alias(using, conf)
+        published = _announce(write_messages(topic, prepared, using=alias, conf=conf), alias)
+    except BaseException as exc:
+        if span is not None:
+            span.end(exc)
+        raise
+    if span is not None:
+        span.end(None, published)
+    return published
 
 
 def write_dead_letter(
@@ -212,18 +270,19 @@ def write_messages(
     using: str,
     conf: QueueSettings | None = None,
     compare: bool = True,
+    stacklevel: int = 4,
 ) -> list[PublishedMessage]:
     """Store validated messages (the engine behind publish/publish_many/dead letters).
 
     Explicit ids are looked up first with a plain (non-locking) read: a re-publish
     writes nothing and takes no lock. The INSERT then skips ids that a concurrent
     publisher committed meanwhile. ``compare`` checks that a re-published id carries the
-    same payload and key.
+    same payload and key. ``stacklevel``: of an ``OutboxWarning`` (4: our caller's caller).
     """
     conf = conf or get_settings()
     partitions = conf.partitions_for(topic)
     connection = connections[using]
-    _warn_if_outside_callers_transaction(connection)
+    _warn_if_outside_callers_transaction(connection, stacklevel)
     dialect = get_dialect(connection)
 
     described: dict[str, PublishedMessage] = {}
@@ -336,7 +395,7 @@ def _writing(connection: BaseDatabaseWrapper, *, single: bool) -> Iterator[Any]:
         yield cursor
 
 
-def _warn_if_outside_callers_transaction(connection: BaseDatabaseWrapper) -> None:
+def _warn_if_outside_callers_transaction(connection: BaseDatabaseWrapper, stacklevel: int) -> None:
     """Warn when the caller's ``atomic()`` is on another alias than the queue's.
 
     The publish then commits on its own, at once, and survives the caller's rollback:
@@ -355,5 +414,5 @@ def _warn_if_outside_callers_transaction(connection: BaseDatabaseWrapper) -> Non
             f"using={others[0]!r} if the queue tables live there, or open the atomic() block on "
             f"{connection.alias!r}.",
             OutboxWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )

@@ -169,6 +169,9 @@ class Watchdog:
                 logger.exception("on_timeout hook failed group=%s topic=%s id=%s", sub.group, sub.topic, message.id)
         outcomes: Outcomes = progress.outcomes
         self.batches.failed(sub, message, attempt, error, outcomes, log=False)  # logged above
+        if progress.span is not None:
+            # The batch thread will not record this attempt now: the span ends here, once.
+            progress.span.end(error)
         if progress.received is not None:
             final = attempt >= sub.options.max_attempts
             signals.send(

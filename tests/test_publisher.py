@@ -265,9 +265,13 @@ def test_publish_outside_the_callers_transaction_alias_warns():
     """atomic() on another alias: the publish commits on its own, and says so."""
     other = connections["other"]
     with transaction.atomic(using="other"):
-        with pytest.warns(OutboxWarning, match="'default'.*not in a transaction.*'other'"):
+        with pytest.warns(OutboxWarning, match="'default'.*not in a transaction.*'other'") as caught:
             publish("t", 1)
+        with pytest.warns(OutboxWarning) as caught_many:
+            publish_many("t", [{"payload": 1}, {"payload": 2}])
     assert other.in_atomic_block is False
+    # The warning points at the line that published (not inside the package).
+    assert [w.filename for w in (*caught, *caught_many)] == [__file__, __file__]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with transaction.atomic():

@@ -23,11 +23,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import dlq
+from .. import dlq, tracing
 from ..conf import get_settings
 from ..consumers import DEFAULT
 from ..exceptions import ConfigurationError, InvalidMessage
-from ..publisher import publish
+from ..publisher import publish_message
 from ..validation import validate_group, validate_message_id, validate_topic
 from .compat import (
     BaseTaskBackend,
@@ -203,13 +203,15 @@ class SQLQueueBackend(BaseTaskBackend):
             "backend": self.alias,
             "queue_name": task.queue_name,
         }
-        published = publish(
+        published = publish_message(
             self.topic_for(task.queue_name),
             payload,
             key=current_key() if key is None else key,
             id=result_id,
             deliver_at=task.run_after,
             metadata={"task": task.module_path},
+            # The send span (when a span is active: tracing.py) names the task.
+            span_attributes={tracing.TASK_NAME: task.module_path},
         )
         result: TaskResult = TaskResult(
             task=task,

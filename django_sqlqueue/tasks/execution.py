@@ -26,6 +26,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from .. import tracing
 from ..exceptions import Reject
 from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
@@ -81,6 +82,8 @@ class TaskHandler:
             task = results.resolve_task(payload["task"], payload.get("queue_name"))
         except Exception as exc:
             raise Reject(f"cannot load task {payload.get('task')!r}: {type(exc).__name__}: {exc}") from exc
+        if tracing.ENABLED:  # the worker's process span names the task
+            tracing.set_current_attributes({tracing.TASK_NAME: task.module_path})
         # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
         result_id = payload.get("result_id") or message.id
         record = results.begin(
