@@ -10,7 +10,8 @@ Environment (all optional):
   ``bench.latency`` (``SQLQUEUE["TOPICS"]``); keys are hashed to them;
 - ``BENCH_CONN_MAX_AGE``: Django's ``CONN_MAX_AGE`` for the worker's connection ("none" = keep
   it open forever; unset = Django's default, 0, which is what a project gets out of the box);
-- ``BENCH_OTEL=1``: an OpenTelemetry SDK tracer provider (``bench/overhead.py``).
+- ``BENCH_OTEL=1``: an OpenTelemetry SDK tracer provider (``bench/overhead.py``), sampling
+  ``BENCH_OTEL_RATIO`` of the traces (default 1: all).
 """
 
 from __future__ import annotations
@@ -41,4 +42,4 @@ SQLQUEUE = {
 if env.bool("BENCH_OTEL", default=False):
     from bench.otel_setup import install as _install_otel
 
-    _install_otel()
+    _install_otel(env.float("BENCH_OTEL_RATIO", default=1.0))

@@ -100,14 +100,26 @@ class WorkerMetrics(Instruments):
             "sqlqueue_leases_lost", "Partition leases this process found taken by another subscriber (expired)."
         )
         self._server: Any = None
+        #: (group, topic) -> the children on_processed updates (dict reads and writes are atomic).
+        self._processed_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
     # -- receivers (sender: the topic) ------------------------------------------------------
 
     def on_processed(self, sender: str, *, message: Any, duration: float, **kwargs: Any) -> None:
-        labels = (message.group, message.topic)
-        self.delivered.labels(*labels).inc()
-        self.processed.labels(*labels).inc()
-        self.duration.labels(*labels).observe(duration)
+        # The one receiver called for every message: its children are looked up once per
+        # (group, topic) (``labels()`` takes a lock and builds a key each call).
+        key = (message.group, message.topic)
+        children = self._processed_children.get(key)
+        if children is None:
+            children = self._processed_children[key] = (
+                self.delivered.labels(*key),
+                self.processed.labels(*key),
+                self.duration.labels(*key),
+            )
+        delivered, processed, duration_child = children
+        delivered.inc()
+        processed.inc()
+        duration_child.observe(duration)
 
     def on_failed(
         self, sender: str, *, message: Any, duration: float, error: BaseException, final: bool, **kwargs: Any
