@@ -226,8 +226,10 @@ def test_every_query_runs_against_a_real_prometheus(prometheus, live_server, run
                 else:
                     query(port, expr)  # valid PromQL: the API answers "success" (asserted in query())
         wait_until(
-            lambda: all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2") for r in rules(port))
-            and len(rules(port)) == 8,
+            lambda: (
+                all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2") for r in rules(port))
+                and len(rules(port)) == 8
+            ),
             15,
             "every alert rule evaluated without error",
             show=lambda: rules(port),
