@@ -19,8 +19,11 @@ Then it times :func:`django_sqlqueue.metrics.gauges.read_snapshot` plus
 :func:`~django_sqlqueue.metrics.gauges.render` (what the view does on a cache miss: the
 view's cache is not involved) ``--scrapes`` times on each database, alternating small and
 big so both see the same machine, and counts the statements of one scrape with Django's
-``CaptureQueriesContext``. With ``--explain`` it prints the EXPLAIN of each statement and the
-time of each one on the big database.
+``CaptureQueriesContext``. ``--scan`` also times, in the same alternation, the statements
+before issue 15's fix (``MySQLDialect.unsequenced_via_heads = False``: the unsequenced rows
+found by ``offset IS NULL`` alone, which reads the topic's whole index range). With
+``--explain`` it prints the EXPLAIN of each statement and the time of each one on the big
+database.
 """
 
 from __future__ import annotations
@@ -219,6 +222,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--scan", action="store_true", help="also time the statements before the fix")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN and time each statement (big database)")
     args = parser.parse_args()
     setup(BENCH_URL + "_small")
@@ -228,38 +232,58 @@ def main() -> None:
 
     from django.db import connections
 
+    from django_sqlqueue.dialects.mysql import MySQLDialect
     from django_sqlqueue.metrics.gauges import DEAD_LETTER_CAP
 
     assert DEAD_LETTER_CAP >= 3_000
-    times: dict[str, list[float]] = {alias: [] for alias in sizes}
-    statements: dict[str, set[int]] = {alias: set() for alias in sizes}
-    bodies: dict[str, bytes] = {}
-    for alias in sizes:  # warm the connections and the buffer pool once, untimed
-        scrape(alias)
-    for _ in range(args.scrapes):
-        for alias in sizes:
+    runs = [(alias, True) for alias in sizes] + ([(alias, False) for alias in sizes] if args.scan else [])
+    times: dict[tuple[str, bool], list[float]] = {run: [] for run in runs}
+    statements: dict[tuple[str, bool], set[int]] = {run: set() for run in runs}
+    bodies: dict[tuple[str, bool], bytes] = {}
+    for _ in range(args.scrapes + 1):  # the first round warms the connections and the buffer pool, untimed
+        for alias, via_heads in runs:
+            MySQLDialect.unsequenced_via_heads = via_heads
             elapsed, n, body = scrape(alias)
-            times[alias].append(elapsed)
-            statements[alias].add(n)
-            bodies[alias] = body
+            if _:
+                times[(alias, via_heads)].append(elapsed)
+            statements[(alias, via_heads)].add(n)
+            bodies[(alias, via_heads)] = body
+    MySQLDialect.unsequenced_via_heads = True
     for alias in sizes:
         connections[alias].close()
-    lag = sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in bodies["default"].decode().splitlines()
-        if line.startswith("sqlqueue_consumergroup_lag{")
-    )
-    base = statistics.median(times["small"])
+    if args.scan:
+        for alias in sizes:
+            same = _values(bodies[(alias, True)]) == _values(bodies[(alias, False)])
+            print(f"{alias}: the same gauges with and without the fix: {same}")
+    lag = sum(v for (name, _), v in _values(bodies[("default", True)]).items() if name == "sqlqueue_consumergroup_lag")
+    base = statistics.median(times[("small", True)])
     print(f"\nuncached scrapes (read_snapshot + render), {args.scrapes} each, alternating; total lag {lag:,.0f}")
-    print(f"{'messages':>12} {'median ms':>10} {'p95 ms':>8} {'statements':>11} {'vs 100 ms aim':>14} {'vs small':>9}")
-    for alias, n in sizes.items():
-        med = statistics.median(times[alias])
+    print(
+        f"{'messages':>12} {'queries':>10} {'median ms':>10} {'p95 ms':>8} {'statements':>11} "
+        f"{'vs 100 ms aim':>14} {'vs 10k':>7}"
+    )
+    for alias, via_heads in runs:
+        t = times[(alias, via_heads)]
+        med = statistics.median(t)
         print(
-            f"{n:>12,} {med * 1000:>10.1f} {pct(times[alias], 0.95) * 1000:>8.1f} "
-            f"{','.join(map(str, sorted(statements[alias]))):>11} {med / 0.1:>13.2f}x {med / base:>8.2f}x"
+            f"{sizes[alias]:>12,} {'issue 15' if via_heads else 'before':>10} {med * 1000:>10.1f} "
+            f"{pct(t, 0.95) * 1000:>8.1f} {','.join(map(str, sorted(statements[(alias, via_heads)]))):>11} "
+            f"{med / 0.1:>13.2f}x {med / base:>6.2f}x"
         )
     if args.explain:
         explain("default")
+
+
+def _values(body: bytes) -> dict[tuple[str, str], float]:
+    """``{(metric, labels): value}`` of an exposition, without the lag-seconds (the clock moves)."""
+    out = {}
+    for line in body.decode().splitlines():
+        if line.startswith(("#", "sqlqueue_consumergroup_lag_seconds")):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        out[(name, labels)] = float(value)
+    return out
 
 
 if __name__ == "__main__":
