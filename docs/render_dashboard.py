@@ -134,7 +134,7 @@ def draw(port: int, start: float, end: float, marks: list[tuple[float, str]], ou
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
         for spine in ax.spines.values():
             spine.set_color(GRID)
-        if ax.lines:
+        if any(not line.get_label().startswith("_") for line in ax.lines):
             ax.legend(loc="best", fontsize=6.5, facecolor=PANEL, edgecolor=GRID, labelcolor=TEXT, ncol=2)
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
