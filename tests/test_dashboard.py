@@ -1,6 +1,8 @@
 """The Grafana dashboard and the alert rules of docs/ (issue 15 item 5) against a real Prometheus.
 
-- ``promtool check rules`` accepts docs/prometheus/sqlqueue-alerts.yml;
+- ``promtool check rules`` accepts docs/prometheus/sqlqueue-alerts.yml, and ``promtool test
+  rules`` passes its unit tests (sqlqueue-alerts.test.yml: each alert fires when it should,
+  not before its ``for``, not for a paused group or a purge of dead letters);
 - the dashboard JSON has the shape Grafana imports (datasource, group and topic variables)
   and every metric name in its queries and in the rules is one the code serves;
 - a real Prometheus (Debian's ``prometheus``, tests/test_metrics_prometheus.py's fixture)
@@ -40,6 +42,7 @@ from .test_metrics_prometheus import PROMETHEUS, TOKEN, prometheus, query, scala
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 DASHBOARD = DOCS / "grafana" / "sqlqueue-dashboard.json"
 RULES = DOCS / "prometheus" / "sqlqueue-alerts.yml"
+RULE_TESTS = DOCS / "prometheus" / "sqlqueue-alerts.test.yml"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 MISSING = "the prometheus package is not installed (apt-get install prometheus; .ci/run installs it)"
 NEEDS_BINARIES = pytest.mark.skipif(
@@ -157,6 +160,12 @@ def test_promtool_accepts_the_alert_rules():
     result = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 8 rules found" in result.stdout
+
+
+@NEEDS_BINARIES
+def test_the_alert_rules_fire_as_their_unit_tests_say():
+    result = subprocess.run([PROMTOOL, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def rules(port: int) -> list[dict]:
