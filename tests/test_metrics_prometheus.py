@@ -62,15 +62,18 @@ def ready(port: int) -> bool:
 
 @pytest.fixture
 def prometheus(tmp_path: Path):
-    """Start ``prometheus`` with the scrape config a test writes; yield (start, port); stop it."""
+    """Start ``prometheus`` with the scrape config (and rule files) a test gives; yield (start, log); stop it."""
     port = free_port()
     procs: list[subprocess.Popen] = []
     log = tmp_path / "prometheus.log"
 
-    def start(scrape_configs: list[dict]) -> int:
+    def start(scrape_configs: list[dict], rule_files: list[str] | None = None) -> int:
         config = tmp_path / "prometheus.yml"
         # JSON is YAML: no yaml dependency needed.
-        config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": scrape_configs}))
+        settings = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": scrape_configs}
+        if rule_files:
+            settings["rule_files"] = rule_files
+        config.write_text(json.dumps(settings))
         with log.open("w") as out:
             procs.append(
                 subprocess.Popen(

@@ -132,6 +132,12 @@ class Dialect:
     )
     #: Two-argument maximum.
     greatest = "GREATEST"
+    #: Whether reports find the unsequenced rows through the partitions' head rows (a join,
+    #: one index range per partition) rather than by ``offset IS NULL`` alone. PostgreSQL and
+    #: SQLite have a partial index of the unsequenced rows, so the plain condition reads only
+    #: the backlog; MySQL/MariaDB's unique (topic, partition, offset) index holds the NULLs
+    #: at the head of each partition's range, which only a known partition reaches.
+    unsequenced_via_heads = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

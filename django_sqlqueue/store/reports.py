@@ -157,20 +157,27 @@ class ReportStore(StoreBase):
     def unsequenced(self, topics: Sequence[str]) -> dict[tuple[str, int], int]:
         """Return ``{(topic, partition): committed messages without an offset}`` of ``topics``.
 
-        An index range per topic (MySQL: the unique (topic, partition, offset) index, NULLs
-        first; PostgreSQL/SQLite: the partial index of unsequenced rows), as long as the
-        sequencer's backlog.
+        As long as the sequencer's backlog: PostgreSQL/SQLite read the partial index of
+        unsequenced rows; MySQL/MariaDB one range of the unique (topic, partition, offset)
+        index per partition with a head row (NULLs first), so there a partition that has no
+        head row yet (a per-key topic's new key, before its first sequencing) is not counted,
+        as :meth:`lags` never counts it (``Dialect.unsequenced_via_heads``).
         """
         if not topics:
             return {}
-        return {
-            (t, int(part)): int(n)
-            for t, part, n in self._fetchall(
-                f"SELECT topic, {self.P}, COUNT(*) FROM queue_messages WHERE topic IN ({in_list(topics)}) "
-                f"AND {self.OFF} IS NULL GROUP BY topic, {self.P}",
-                list(topics),
+        P, OFF = self.P, self.OFF
+        if self.dialect.unsequenced_via_heads:
+            sql = (
+                f"SELECT h.topic, h.{P}, COUNT(*) FROM queue_partitions h JOIN queue_messages m "
+                f"ON m.topic = h.topic AND m.{P} = h.{P} AND m.{OFF} IS NULL "
+                f"WHERE h.topic IN ({in_list(topics)}) GROUP BY h.topic, h.{P}"
             )
-        }
+        else:
+            sql = (
+                f"SELECT topic, {P}, COUNT(*) FROM queue_messages WHERE topic IN ({in_list(topics)}) "
+                f"AND {OFF} IS NULL GROUP BY topic, {P}"
+            )
+        return {(t, int(part)): int(n) for t, part, n in self._fetchall(sql, list(topics))}
 
     def lags(self, pairs: Iterable[tuple[str, str]]) -> list[PartitionLag]:
         """Return the lag of each (group, topic) in ``pairs`` per partition with a head row, sorted.
@@ -232,16 +239,23 @@ class ReportStore(StoreBase):
         """Return per topic the publication time of its oldest committed message without an offset.
 
         One grouped statement over the unsequenced rows (the index range the sequencer
-        reads), as long as the sequencer's backlog, like the unsequenced part of the lag.
+        reads), as long as the sequencer's backlog, like the unsequenced part of the lag (and,
+        on MySQL/MariaDB, over the same partitions: those with a head row, see :meth:`unsequenced`).
         """
         if topics is not None and not topics:
             return {}
-        where = "" if topics is None else f" AND topic IN ({in_list(topics)})"
+        P, OFF = self.P, self.OFF
+        if self.dialect.unsequenced_via_heads:
+            where = "" if topics is None else f" WHERE h.topic IN ({in_list(topics)})"
+            sql = (
+                f"SELECT h.topic, MIN(m.published_at) FROM queue_partitions h JOIN queue_messages m "
+                f"ON m.topic = h.topic AND m.{P} = h.{P} AND m.{OFF} IS NULL{where} GROUP BY h.topic"
+            )
+        else:
+            where = "" if topics is None else f" AND topic IN ({in_list(topics)})"
+            sql = f"SELECT topic, MIN(published_at) FROM queue_messages WHERE {OFF} IS NULL{where} GROUP BY topic"
         out: dict[str, dt.datetime] = {}
-        for t, at in self._fetchall(
-            f"SELECT topic, MIN(published_at) FROM queue_messages WHERE {self.OFF} IS NULL{where} GROUP BY topic",
-            list(topics or ()),
-        ):
+        for t, at in self._fetchall(sql, list(topics or ())):
             when = self.dialect.to_datetime(at)
             if when is not None:
                 out[t] = when

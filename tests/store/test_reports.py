@@ -89,6 +89,24 @@ def test_heads_watermarks_and_unsequenced_counts():
     assert s.capped_count("SELECT 1 FROM queue_messages WHERE topic = %s", [T], 100) == 15
 
 
+@pytest.mark.parametrize("via_heads", [False, True], ids=["offset-is-null", "via-head-rows"])
+def test_both_ways_to_the_sequencers_backlog_agree_on_partitions_with_a_head_row(via_heads, monkeypatch):
+    """``Dialect.unsequenced_via_heads`` (MySQL's: one index range per head row, issue 15's scrape
+    cost) reads the same backlog as the plain ``offset IS NULL``, except in a partition that has
+    no head row yet, which only the plain condition sees (and the lag never counts)."""
+    behind_with_unsequenced()
+    s = store()
+    monkeypatch.setattr(type(s.dialect), "unsequenced_via_heads", via_heads)
+    assert s.unsequenced([T, "other"]) == {(T, A): 3}
+    (oldest,) = s.oldest_unsequenced([T]).values()
+    assert s.oldest_unsequenced() == {T: oldest} and s.oldest_unsequenced([]) == {}
+    assert timezone.now() - HOUR < oldest <= timezone.now()
+    publish_to("fresh", A, 2, seq=False)  # no worker registered it, never sequenced: no head row
+    assert s.heads(["fresh"]) == {}
+    assert s.unsequenced(["fresh"]) == ({} if via_heads else {("fresh", A): 2})
+    assert ("fresh" in s.oldest_unsequenced()) is not via_heads
+
+
 def test_consumer_pairs_are_groups_with_a_watermark_or_a_heartbeat():
     behind_with_unsequenced()
     SubscriberHeartbeatFactory(consumer_group="new", topic="elsewhere", subscriber_name="w9")
