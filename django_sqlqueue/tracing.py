@@ -79,10 +79,12 @@ def _fail(span: Any, error: BaseException) -> None:
 class SendSpan:
     """The ``send`` span of one publish call, current until :meth:`end`."""
 
-    __slots__ = ("_span", "_token")
+    __slots__ = ("_headers", "_span", "_token")
 
     def __init__(self, span: Any) -> None:
         self._span = span
+        #: The W3C headers of this span, computed at the first inject (one per publish_many).
+        self._headers: dict[str, str] | None = None
         # Current while the message is written: a database instrumentation's spans nest in it.
         self._token = otel_context.attach(trace.set_span_in_context(span))
 
@@ -96,7 +98,10 @@ class SendSpan:
             carrier = dict(metadata)
         else:
             return metadata
-        _propagator.inject(carrier, context=trace.set_span_in_context(self._span))
+        if self._headers is None:
+            self._headers = {}
+            _propagator.inject(self._headers, context=trace.set_span_in_context(self._span))
+        carrier.update(self._headers)
         return carrier
 
     def end(self, error: BaseException | None, published: Sequence[Any] = ()) -> None:
