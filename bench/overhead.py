@@ -7,17 +7,20 @@ Run: ``.venv/bin/python bench/overhead.py [--single 3000] [--batched 20000] [--m
 Issue 15's aim: publish and drain with metrics and tracing enabled >= 0.95x disabled, run side
 by side in one run.
 
-- **publish** (this process, interleaved in blocks as ``bench/publish.py`` does): ``publish()``
-  one message per transaction, and ``publish_many()`` of 1,000, each *plain* (no span active:
-  what a project without tracing gets) and *traced* (an OpenTelemetry SDK tracer provider
-  with a ``BatchSpanProcessor``, each call inside an active span, as in a traced view: the
-  trace context is injected into every message and a ``send`` span recorded). The traced side
-  also pays for its own enclosing span, so the ratio overstates the queue's share.
-- **drain** (``bench/consume.py``'s warm drain, K real ``runconsumer`` processes): *plain*
-  workers, and *instrumented* ones started with ``--metrics-port`` and ``BENCH_OTEL=1``
-  (``bench/settings.py`` installs the same SDK provider, so every handler call runs in a
-  ``process`` span linked to its producer's context, which the messages carry because they
-  were published inside a span). Rounds alternate the order.
+- **publish** (this process, interleaved in blocks as ``bench/publish.py`` does, the order
+  rotating): ``publish()`` one message per transaction, and ``publish_many()`` of 1,000,
+  *off* (no span active: what a project without tracing gets), *traced* (an OpenTelemetry SDK
+  tracer provider with a ``BatchSpanProcessor``, each call inside an active request span, as
+  in a traced view: the trace context is injected into every message and a ``send`` span
+  recorded) and *traced, 10% sampled* (the request spans sampled 1 in 10, the send spans
+  following them). The traced sides also pay for their own request span, so the ratio
+  overstates the queue's share.
+- **drain** (``bench/consume.py``'s warm drain, K real ``runconsumer`` processes, no-op
+  handler, the order rotating per round): *off*; *metrics* (``--metrics-port``);
+  *metrics + tracing* (also ``BENCH_OTEL=1``: ``bench/settings.py`` installs the same SDK
+  provider, so every handler call runs in a ``process`` span linked to its producer's context,
+  which the messages carry because they were published inside a span); and the same sampled
+  ``ParentBased(TraceIdRatioBased(0.1))``.
 
 Spans go to an exporter that counts and drops them (``bench/otel_setup.py``): the cost
 measured is the instrumentation's, not a collector's network.
@@ -52,31 +55,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-#: The variants: (name, tracing sample ratio or None for off).
-VARIANTS = (("off", None), ("on", 1.0), ("on, 10% sampled", 0.1))
+#: publish variants: (name, sample ratio of the request span around each call, None: no span).
+VARIANTS = (("off", None), ("traced", 1.0), ("traced, 10% sampled", 0.1))
+#: drain variants: (name, --metrics-port, sample ratio of the worker's tracer provider or None).
+DRAIN_VARIANTS = (
+    ("off", False, None),
+    ("metrics", True, None),
+    ("metrics + tracing", True, 1.0),
+    ("metrics + tracing, 10% sampled", True, 0.1),
+)
 
 
 class InstrumentedProcs(consume.Procs):
-    """Workers started with ``--metrics-port`` and ``BENCH_OTEL=1`` unless ``ratio`` is None."""
+    """Workers with ``--metrics-port`` when ``metrics``, ``BENCH_OTEL=1`` when ``ratio`` is set."""
 
+    metrics = False
     ratio: float | None = None
 
     def worker(self, name: str, topic: str, **extra_env: str) -> consume.Proc:
-        if self.ratio is None:
-            return super().worker(name, topic, **extra_env)
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "bench.settings",
             "DATABASE_URL": consume.BENCH_URL,
             "PYTHONUNBUFFERED": "1",
-            "BENCH_OTEL": "1",
-            "BENCH_OTEL_RATIO": str(self.ratio),
             **extra_env,
         }
-        argv = [
-            consume.PYTHON, "manage.py", "runconsumer", "--group", consume.GROUP, "--topic", topic, "--name", name,
-            "--metrics-port", str(free_port()), "--metrics-addr", "127.0.0.1",
-        ]  # fmt: skip
+        if self.ratio is not None:
+            env.update(BENCH_OTEL="1", BENCH_OTEL_RATIO=str(self.ratio))
+        argv = [consume.PYTHON, "manage.py", "runconsumer", "--group", consume.GROUP, "--topic", topic, "--name", name]
+        if self.metrics:
+            argv += ["--metrics-port", str(free_port()), "--metrics-addr", "127.0.0.1"]
         return self._spawn(name, argv, env)
 
 
@@ -139,7 +147,7 @@ def drain_side(args: argparse.Namespace) -> dict[str, list[float]]:
 
     procs = InstrumentedProcs()
     ns = argparse.Namespace(messages=args.messages, partitions=8, batch_size=100, worker_env={})
-    runs: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
+    runs: dict[str, list[float]] = {name: [] for name, _, _ in DRAIN_VARIANTS}
     tracer = trace.get_tracer("bench.overhead")
     original = consume.publish_drain
 
@@ -151,9 +159,9 @@ def drain_side(args: argparse.Namespace) -> dict[str, list[float]]:
     consume.publish_drain = publish_in_a_span
     try:
         for rep in range(1, args.repeat + 1):
-            turn = rep % len(VARIANTS)
-            for name, ratio in VARIANTS[turn:] + VARIANTS[:turn]:
-                procs.ratio = ratio
+            turn = rep % len(DRAIN_VARIANTS)
+            for name, metrics, ratio in DRAIN_VARIANTS[turn:] + DRAIN_VARIANTS[:turn]:
+                procs.metrics, procs.ratio = metrics, ratio
                 result = consume.drain_run("queue", args.workers, "warm", rep, ns, procs)
                 runs[name].append(result["msgs_per_s"])
     finally:
@@ -187,8 +195,7 @@ def main() -> None:
     table = []
     for what, by_variant in groups:
         off = by_variant["off"]
-        for name, _ in VARIANTS:
-            on = by_variant[name]
+        for name, on in by_variant.items():
             ratio = statistics.median(on) / statistics.median(off)
             pairs = [b / a for a, b in zip(off, on, strict=True)]
             met = "" if name == "off" else ("met" if ratio >= 0.95 else "missed")
