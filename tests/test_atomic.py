@@ -498,3 +498,100 @@ def test_a_write_through_another_alias_is_warned_about_once_per_consumer(caplog)
     warned = records(caplog, "wrote through database alias 'other'")
     assert len(warned) == 1 and "group=g topic=atomic.events" in warned[0].getMessage()
     connections["other"].close()
+
+
+# -- the django.tasks backend ------------------------------------------------------------------------
+
+
+def atomic_tasks(atomic):
+    from django.conf import settings
+    from django.test import override_settings
+
+    from tests.task_helpers import FAST_SQLQUEUE
+    from tests.taskapp.settings_common import TASKS
+
+    options = {**TASKS["default"]["OPTIONS"], "ATOMIC": atomic}
+    base = {k: v for k, v in (getattr(settings, "SQLQUEUE", None) or {}).items() if k == "TOPICS"}
+    return override_settings(
+        TASKS={"default": {**TASKS["default"], "OPTIONS": options}}, SQLQUEUE={**base, **FAST_SQLQUEUE}
+    )
+
+
+def test_tasks_option_atomic_is_validated_per_backend_and_per_queue():
+    from django_sqlqueue.tasks.backend import parse_options
+
+    assert parse_options("default", {"ATOMIC": "batch"}).atomic_for_queue("x") == "batch"
+    by_queue = parse_options("default", {"ATOMIC": {"default": True}})
+    assert (by_queue.atomic_for_queue("default"), by_queue.atomic_for_queue("other")) == (True, False)
+    with pytest.raises(ConfigurationError, match=r"\['ATOMIC'\]\['default'\]: atomic must be True, False or 'batch'"):
+        parse_options("default", {"ATOMIC": {"default": "always"}})
+
+
+@pytest.mark.parametrize("mode", [True, "batch"])
+def test_a_task_on_an_atomic_queue_commits_its_effects_with_its_result_and_a_failure_leaves_none(mode):
+    from django_sqlqueue.tasks.compat import TaskResultStatus
+    from django_sqlqueue.tasks.discovery import task_consumer_specs
+    from tests.task_helpers import running_worker
+    from tests.task_helpers import wait_until as task_wait
+    from tests.taskapp import tasks
+    from tests.taskapp.models import Run
+
+    with atomic_tasks({"default": mode}):
+        assert {s.topic: s.atomic for s in task_consumer_specs()} == {"tasks.default": mode, "tasks.other": False}
+        ok = tasks.add.enqueue(2, 3)
+        bad = tasks.always_fails.enqueue("atomic-fail")
+        backend = tasks.add.get_backend()
+        with running_worker():
+            done = task_wait(lambda: (r := backend.get_result(ok.id)).is_finished and r, 20, "add")
+            failed = task_wait(lambda: (r := backend.get_result(bad.id)).is_finished and r, 20, "always_fails")
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 5
+    assert Run.objects.filter(label="add").count() == 1
+    # Three attempts, each recorded after its rollback; none of their effects remain.
+    assert failed.status == TaskResultStatus.FAILED and len(failed.errors) == 3
+    assert "always fails" in failed.errors[-1].traceback
+    assert Run.objects.filter(label="atomic-fail").count() == 0
+
+
+# -- operators' views --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def declared():
+    """A batch-atomic consumer declared (registered) for the duration of the test."""
+
+    def handler(message):
+        pass
+
+    consumer(TOPIC, group="shown", atomic="batch")(handler)
+    yield
+    registry.unregister("shown", TOPIC)
+
+
+def test_queue_status_lists_the_declared_consumers_and_whether_they_are_atomic(declared):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_sqlqueue.status import queue_status
+
+    assert ("shown", TOPIC, "per batch") in [(c.group, c.topic, c.atomic) for c in queue_status().consumers]
+    out = StringIO()
+    call_command("queue_status", stdout=out)
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("shown "))
+    assert line.split() == ["shown", TOPIC, "per", "batch"]
+
+
+def test_the_console_overview_and_group_page_show_whether_a_consumer_is_atomic(declared, admin_client):
+    from django_sqlqueue import ops
+
+    publish_to(TOPIC, 0, 1)
+    store().ensure_offsets("shown", TOPIC, [0])
+    row_ = next(g for g in ops.overview().groups if g.group == "shown")
+    assert row_.atomic == "per batch"
+    assert ops.consumer_atomic("shown", TOPIC) == "per batch" and ops.consumer_atomic("nobody", TOPIC) == ""
+    from django.urls import reverse
+
+    page = admin_client.get(reverse("admin:django_sqlqueue_queueconsole_overview")).content.decode()
+    assert "<td>per batch</td>" in page
+    group_url = reverse("admin:django_sqlqueue_queueconsole_group", args=["shown", TOPIC])
+    assert "atomic: per batch" in admin_client.get(group_url).content.decode()
