@@ -70,16 +70,16 @@ class ConsumerInfo:
 class QueueStatus:
     partitions: list[PartitionStatus] = field(default_factory=list)
     groups: list[GroupSummary] = field(default_factory=list)
-    #: The consumers declared in this project's code, with their options.
-    consumers: list[ConsumerInfo] = field(default_factory=list)
+    #: The atomic consumers declared in this project's code (the others are not listed).
+    atomic_consumers: list[ConsumerInfo] = field(default_factory=list)
 
 
-def declared_consumers(group: str | None = None, topic: str | None = None) -> list[ConsumerInfo]:
-    """The consumers this project declares (of ``group``/``topic`` only), with their ``atomic`` option."""
+def atomic_consumers(group: str | None = None, topic: str | None = None) -> list[ConsumerInfo]:
+    """The atomic consumers this project declares (of ``group``/``topic`` only)."""
     return [
         ConsumerInfo(c.group, c.topic, describe(c.atomic))
         for c in known_consumers()
-        if (group is None or c.group == group) and (topic is None or c.topic == topic)
+        if c.atomic and (group is None or c.group == group) and (topic is None or c.topic == topic)
     ]
 
 
@@ -88,9 +88,9 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
     conf = get_settings()
     store = QueueStore(using or conf.DATABASE)
     pairs = store.consumer_pairs(group, topic)
-    consumers = declared_consumers(group, topic)
+    consumers = atomic_consumers(group, topic)
     if not pairs:
-        return QueueStatus(consumers=consumers)
+        return QueueStatus(atomic_consumers=consumers)
     lags = store.lags(pairs)
     deliveries = store.delivery_counts(group, topic)
     leases = {
@@ -143,4 +143,4 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 unsequenced=sum(p.unsequenced for p in mine),
             )
         )
-    return QueueStatus(partitions=result, groups=summaries, consumers=consumers)
+    return QueueStatus(partitions=result, groups=summaries, atomic_consumers=consumers)

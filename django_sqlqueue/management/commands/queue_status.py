@@ -46,7 +46,7 @@ class Command(BaseCommand):
         if not status.groups:
             self.stdout.write("no consumer group has consumed anything yet")
             self._unconsumed_topics()
-            self._consumers(status.consumers)
+            self._atomic(status.atomic_consumers)
             return
         rows = [
             (
@@ -74,14 +74,14 @@ class Command(BaseCommand):
                 f"live subscribers {g.live_subscribers}"
             )
         self._unconsumed_topics()
-        self._consumers(status.consumers)
+        self._atomic(status.atomic_consumers)
 
-    def _consumers(self, consumers: list[ConsumerInfo]) -> None:
-        """Print the consumers this project declares and whether they are atomic."""
+    def _atomic(self, consumers: list[ConsumerInfo]) -> None:
+        """Print the atomic consumers this project declares (handler writes and ack in one transaction)."""
         if not consumers:
             return
         self.stdout.write("")
-        self.stdout.write("consumers declared in this project:")
+        self.stdout.write("atomic consumers declared in this project (handler writes and ack commit together):")
         for line in table(("group", "topic", "atomic"), [(c.group, c.topic, c.atomic) for c in consumers]):
             self.stdout.write(line)
 
