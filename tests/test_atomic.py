@@ -97,10 +97,11 @@ def test_an_async_handler_cannot_be_atomic():
 # -- per message -----------------------------------------------------------------------------
 
 
-def test_effects_and_acks_commit_together():
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_effects_and_acks_commit_together(concurrency):
     publish_to(TOPIC, 0, 5)
     publish_to(TOPIC, 3, 2)
-    with running([spec(TOPIC, GROUP, effect, atomic=True)]):
+    with running([spec(TOPIC, GROUP, effect, atomic=True)], concurrency=concurrency):
         wait_until(lambda: caught_up(GROUP, TOPIC), what="all acked")
     assert effects() == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (3, 1), (3, 2)]
     assert watermark(GROUP, TOPIC, 0) == 5
