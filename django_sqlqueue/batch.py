@@ -39,6 +39,12 @@ then acks -- which move the watermark when the batch's offsets are contiguous wi
 Messages of the batch not handled because the worker is stopping, or because the
 partition's lease was lost meanwhile, are handed back (``release_deliveries``).
 
+**Atomic consumers** (``atomic.py``): with ``atomic=True`` :meth:`BatchRunner.handle`
+runs each handler and its fenced ack in one transaction (the ack is then committed, not
+written afterwards); ``atomic="batch"`` runs each partition's messages in one
+transaction, with a one-by-one fallback when it rolls back -- :class:`AtomicBatches`
+(``atomic_batches.py``), which the runner composes, does that.
+
 A :class:`BatchRunner` holds no thread of its own: the worker runs it on the poll loop's
 thread, or on a handler thread with ``--concurrency`` (``executor.py``).
 """
@@ -57,9 +63,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import transaction
-
 from . import atomic, dlq, signals, tracing
+from .atomic_batches import AtomicBatches
 from .backoff import retry_delay
 from .conf import QueueSettings
 from .consumers import ReceivedMessage
@@ -172,6 +177,8 @@ class BatchRunner:
         #: The ``SystemExit`` or ``KeyboardInterrupt`` a handler raised (the first one):
         #: the worker stops and re-raises it (see the module docstring).
         self.interrupted: SystemExit | KeyboardInterrupt | None = None
+        #: ``atomic="batch"`` consumers' batches (``atomic_batches.py``).
+        self.atomic_batches = AtomicBatches(self)
 
     def run(
         self,
@@ -190,7 +197,7 @@ class BatchRunner:
         started = [0]  # messages whose handler began (or that were skipped), in order
         try:
             if sub.spec.atomic == atomic.BATCH:
-                count = self._run_atomic_batches(sub, messages, outcomes, invoke, progress, started)
+                count = self.atomic_batches.run(sub, messages, outcomes, invoke, progress, started)
                 if count is None:
                     return handled  # abandoned: the watchdog wrote what there was to write
                 handled = count
@@ -213,195 +220,6 @@ class BatchRunner:
             return handled
         self.complete(sub, outcomes, watermarks)
         return handled
-
-    def _run_atomic_batches(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        started: list[int],
-    ) -> int | None:
-        """``atomic="batch"``: run each partition's messages in one transaction (see
-        ``atomic.py``); return how many were handled, None if the watchdog took over."""
-        handled = 0
-        while started[0] < len(messages):
-            first = started[0]
-            key = messages[first].partition
-            end = first
-            while end < len(messages) and messages[end].partition == key:
-                end += 1
-            if self.stop_event.is_set() or key not in sub.held or key in outcomes.lost:
-                outcomes.unprocessed.extend((key, m.offset) for m in messages[first:end])
-                started[0] = end
-                continue
-            count = self._atomic_batch(sub, messages, range(first, end), outcomes, invoke, progress, started)
-            if count is None:
-                return None
-            handled += count
-            started[0] = end
-        return handled
-
-    def _atomic_batch(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        indexes: range,
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        started: list[int],
-    ) -> int | None:
-        """One partition's messages ``messages[indexes]`` in one transaction and one commit.
-
-        Messages no handler takes (undecodable rows, dead letters replayed for another
-        group) go the ordinary way first. If a handler raises, or the ack or the COMMIT
-        fails, the transaction rolls back and each message runs again alone in its own
-        transaction (:meth:`handle`), so a poison message cannot hold its batch-mates
-        back. Return how many were handled; None if the watchdog took the batch over.
-        """
-        key = messages[indexes[0]].partition
-        todo: list[int] = []
-        for index in indexes:
-            m = messages[index]
-            if m.undecodable is not None or dlq.is_for_other_group(m.metadata, sub.group):
-                self.handle(sub, m, outcomes, invoke, progress=progress, index=index)
-            else:
-                todo.append(index)
-        if not todo:
-            return len(indexes)
-        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]] = []
-        failure: BaseException | None = None
-        committing = False
-        moved: int | None = None
-        prepare = sub.spec.before_atomic
-        received_of = {i: self._received(sub, messages[i], attempt_number(messages[i]), progress) for i in todo}
-        if prepare is not None:
-            try:
-                for index in todo:
-                    prepare(received_of[index])
-            except Exception as exc:  # noqa: BLE001 - as a handler's failure: each message alone
-                return self._atomic_batch_failed(sub, messages, todo, [], exc, outcomes, invoke, progress, indexes)
-        try:
-            with transaction.atomic(using=self.store.using), atomic.watch_other_aliases(sub, self.store.using):
-                for index in todo:
-                    started[0] = max(started[0], index + 1)
-                    m = messages[index]
-                    attempt = attempt_number(m)
-                    received = received_of[index]
-                    span = tracing.start_process(received) if tracing.ENABLED else None
-                    if progress is not None and not progress.begin(
-                        index, handler_timeout(sub, received), received, span
-                    ):
-                        if span is not None:
-                            span.end(None)
-                        raise atomic.Abandoned
-                    began = time.monotonic()
-                    try:
-                        if span is None:
-                            invoke(sub.spec.handler, received, progress)
-                        else:
-                            with span:
-                                invoke(sub.spec.handler, received, progress)
-                    except BaseException as exc:  # noqa: BLE001 - rolls the batch back, see below
-                        failure = exc
-                    calls.append((m, received, attempt, span, time.monotonic() - began))
-                    keep = partial(outcomes.pending.append, (m.partition, m.offset))
-                    if progress is None:
-                        keep()
-                    elif not progress.record(keep):
-                        raise atomic.Abandoned
-                    if failure is not None:
-                        raise failure
-                if progress is not None:
-                    if not progress.start_commit():
-                        raise atomic.Abandoned
-                    committing = True
-                deliveries = [(m.offset, attempt - 1) for m, _, attempt, _, _ in calls]
-                moved = self.store.ack_in_transaction(sub.group, sub.topic, sub.name, key, deliveries)
-        except atomic.Abandoned:
-            # The watchdog took over (it hands the pending messages back): rolled back.
-            for _, _, _, span, _ in calls:
-                if span is not None and (progress is None or span is not progress.span):
-                    span.end(atomic.Abandoned("the batch was given up by the watchdog"))
-            self._log_late_return(sub, calls[-1][0] if calls else messages[todo[0]], rolled_back=True)
-            return None
-        except FenceLost as exc:
-            self._lost(sub, messages[todo[0]], exc, outcomes, progress if committing else None, None)
-            if not committing:
-                outcomes.pending.clear()
-            for _, _, _, span, _ in calls:
-                if span is not None:
-                    span.end(exc)
-            return len(indexes)
-        except BaseException as exc:  # noqa: BLE001 - a handler's error, or the ack's or COMMIT's
-            failure = failure or exc
-            if committing and progress is not None:
-                progress.end_commit()
-            return self._atomic_batch_failed(sub, messages, todo, calls, failure, outcomes, invoke, progress, indexes)
-
-        def done() -> None:
-            outcomes.pending.clear()
-            outcomes.committed += len(calls)
-            if moved is not None:
-                outcomes.moved[key] = moved
-
-        if progress is None:
-            done()
-        else:
-            progress.end_commit(done)
-        self.stats.add(delivered=len(calls))
-        for _, received, _, span, duration in calls:
-            if span is not None:
-                span.end(None)
-            signals.send(signals.message_processed, sub.topic, message=received, duration=duration)
-        return len(indexes)
-
-    def _atomic_batch_failed(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        todo: list[int],
-        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]],
-        failure: BaseException,
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        indexes: range,
-    ) -> int | None:
-        """The batch's transaction rolled back because of ``failure``: run its messages again
-        one per transaction. A ``SystemExit`` or ``KeyboardInterrupt`` fails its message's
-        attempt and stops the worker instead (the others are handed back)."""
-        outcomes.pending.clear()  # rolled back; no handler in hand: the watchdog cannot take over now
-        for _, _, _, span, _ in calls:
-            if span is not None:
-                span.end(failure)
-        tidy_connections()
-        if isinstance(failure, (SystemExit, KeyboardInterrupt)) and calls:
-            m, _, attempt, _, _ = calls[-1]
-            self._decide(sub, m, attempt, failure, outcomes)
-            self._interrupt(sub, m, failure)
-            rest = [messages[i] for i in todo if messages[i] is not m]
-            outcomes.unprocessed.extend((other.partition, other.offset) for other in rest)
-            return len(indexes)
-        logger.info(
-            "an atomic batch rolled back (%s); its %d message(s) run again one per transaction group=%s topic=%s "
-            "partition=%d",
-            f"{type(failure).__name__}: {failure}",
-            len(todo),
-            sub.group,
-            sub.topic,
-            messages[todo[0]].partition,
-        )
-        for index in todo:
-            m = messages[index]
-            if self.stop_event.is_set() or m.partition not in sub.held or m.partition in outcomes.lost:
-                outcomes.unprocessed.append((m.partition, m.offset))
-                continue
-            if not self.handle(sub, m, outcomes, invoke, progress=progress, index=index):
-                return None
-        return len(indexes)
 
     def _hand_back(self, sub: Subscription, messages: list[FetchedMessage], exc: BaseException) -> None:
         """Hand back messages whose handler did not run after the batch failed outside its
@@ -449,12 +267,12 @@ class BatchRunner:
             outcomes.acks[m.partition].append(m.offset)
             return True
         attempt = attempt_number(m)
-        received = self._received(sub, m, attempt, progress)
+        received = self.received(sub, m, progress)
         self.stats.add(delivered=1)
         # The attempt's process span (tracing.py): started here, ended by whoever records the
         # attempt's outcome -- below, or the watchdog if it abandons the batch (progress.span).
         span = tracing.start_process(received) if tracing.ENABLED else None
-        if progress is not None and not progress.begin(index, handler_timeout(sub, received), received, span):
+        if not self.begin(sub, received, progress, index, span):
             if span is not None:  # (abandoned meanwhile: not reached in practice, but never left open)
                 span.end(None)
             return False
@@ -477,7 +295,7 @@ class BatchRunner:
                     moved = call()
         except atomic.Abandoned:
             # The watchdog gave the attempt up first: the transaction rolled back.
-            self._log_late_return(sub, m, rolled_back=True)
+            self.log_late_return(sub, m, rolled_back=True)
             return False
         except FenceLost as exc:
             lost = exc
@@ -485,11 +303,11 @@ class BatchRunner:
             error = exc
         duration = time.monotonic() - started
         if lost is not None:
-            self._lost(sub, m, lost, outcomes, progress, span)
+            self.lost(sub, m, lost, outcomes, progress, span)
             return True
         if error is not None and sub.spec.atomic:
             self._rolled_back(sub, received, error)
-        decide = partial(self._decide, sub, m, attempt, error, outcomes, committed=bool(sub.spec.atomic), moved=moved)
+        decide = partial(self.decide, sub, m, attempt, error, outcomes, committed=bool(sub.spec.atomic), moved=moved)
         recorded = True
         if progress is None:
             decide()
@@ -510,9 +328,9 @@ class BatchRunner:
             # A handler that failed may have broken the connection: not the next query's problem.
             tidy_connections()
             if isinstance(error, (SystemExit, KeyboardInterrupt)):
-                self._interrupt(sub, m, error)
+                self.interrupt(sub, m, error)
         if not recorded:
-            self._log_late_return(sub, m, rolled_back=False)
+            self.log_late_return(sub, m, rolled_back=False)
         return recorded
 
     def _rolled_back(self, sub: Subscription, received: ReceivedMessage, error: BaseException) -> None:
@@ -528,9 +346,15 @@ class BatchRunner:
         except Exception:  # the attempt is failed all the same
             logger.exception("on_rollback hook failed group=%s topic=%s id=%s", sub.group, sub.topic, received.id)
 
-    def _received(
-        self, sub: Subscription, m: FetchedMessage, attempt: int, progress: BatchProgress | None
-    ) -> ReceivedMessage:
+    def begin(
+        self, sub: Subscription, received: ReceivedMessage, progress: BatchProgress | None, index: int, span: Any
+    ) -> bool:
+        """A handler call on ``messages[index]`` of the batch starts: start the watchdog's
+        clock with its timeout. False if the watchdog abandoned the batch meanwhile."""
+        return progress is None or progress.begin(index, handler_timeout(sub, received), received, span)
+
+    def received(self, sub: Subscription, m: FetchedMessage, progress: BatchProgress | None) -> ReceivedMessage:
+        """The :class:`ReceivedMessage` a handler is given for this delivery of ``m``."""
         return ReceivedMessage(
             topic=sub.topic,
             key=m.key,
@@ -539,7 +363,7 @@ class BatchRunner:
             id=m.id,
             payload=m.payload,
             metadata=m.metadata,
-            attempt=attempt,
+            attempt=attempt_number(m),
             created_at=m.created_at,
             deliver_at=m.deliver_at,
             group=sub.group,
@@ -549,7 +373,7 @@ class BatchRunner:
             _atomic=bool(sub.spec.atomic),
         )
 
-    def _log_late_return(self, sub: Subscription, m: FetchedMessage, *, rolled_back: bool) -> None:
+    def log_late_return(self, sub: Subscription, m: FetchedMessage, *, rolled_back: bool) -> None:
         logger.info(
             "a timed-out handler returned after all; its outcome is dropped%s (the attempt was failed and the "
             "partition given up) group=%s topic=%s partition=%d offset=%d id=%s",
@@ -561,7 +385,7 @@ class BatchRunner:
             m.id,
         )
 
-    def _lost(
+    def lost(
         self,
         sub: Subscription,
         m: FetchedMessage,
@@ -594,7 +418,7 @@ class BatchRunner:
             m.id,
         )
 
-    def _decide(
+    def decide(
         self,
         sub: Subscription,
         m: FetchedMessage,
@@ -650,7 +474,7 @@ class BatchRunner:
         outcomes.nacks.append((m.partition, m.offset, delay))
         outcomes.errors[(m.partition, m.offset)] = describe_error(exc)
 
-    def _interrupt(self, sub: Subscription, m: FetchedMessage, exc: SystemExit | KeyboardInterrupt) -> None:
+    def interrupt(self, sub: Subscription, m: FetchedMessage, exc: SystemExit | KeyboardInterrupt) -> None:
         """A handler asked the process to stop: stop the worker, which re-raises ``exc`` once drained."""
         logger.error(
             "handler raised %s, the worker stops (attempt recorded as failed, the rest handed back) "
