@@ -207,8 +207,8 @@ class FaultRun:
             time.sleep(0.2)
         return None
 
-    def kill9(self) -> None:
-        chosen = self.victim()
+    def kill9(self, min_age: float = 3.0) -> None:
+        chosen = self.victim(min_age)
         if chosen is None:
             return
         slot, process = chosen
@@ -216,8 +216,8 @@ class FaultRun:
         os.kill(process.pid, signal.SIGKILL)
         self.faults.append(Fault("kill -9", at, process.pid, slot))
 
-    def sigstop(self) -> None:
-        chosen = self.victim()
+    def sigstop(self, min_age: float = 3.0) -> None:
+        chosen = self.victim(min_age)
         if chosen is None:
             return
         slot, process = chosen
