@@ -57,12 +57,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from . import dlq, signals, tracing
+from django.db import transaction
+
+from . import atomic, dlq, signals, tracing
 from .backoff import retry_delay
 from .conf import QueueSettings
 from .consumers import ReceivedMessage
 from .dbconn import close_all_quietly, tidy_connections
-from .exceptions import Reject, Retry
+from .exceptions import FenceLost, Reject, Retry
 from .handlers import HandlerRunner
 from .progress import BatchProgress
 from .retry import Retrying
@@ -104,6 +106,16 @@ class Outcomes:
     errors: dict[tuple[int, int], str] = field(default_factory=dict)
     dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
     unprocessed: list[tuple[int, int]] = field(default_factory=list)
+    #: Atomic consumers (``atomic.py``): acks committed with their handler's transaction
+    #: (counted here, never written again) and the watermarks those commits moved.
+    committed: int = 0
+    moved: dict[int, int] = field(default_factory=dict)
+    #: Partitions whose fence failed in this batch (lease or delivery lost): the rest of
+    #: their messages are not run.
+    lost: set[int] = field(default_factory=set)
+    #: ``atomic="batch"``: messages handled in the open transaction, not committed yet;
+    #: handed back if the watchdog gives the batch up.
+    pending: list[tuple[int, int]] = field(default_factory=list)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -175,12 +187,17 @@ class BatchRunner:
         batch over (``progress.py``); then this returns at once and writes nothing."""
         outcomes: Outcomes = progress.outcomes if progress is not None else Outcomes()
         handled = 0
-        started = 0
+        started = [0]  # messages whose handler began (or that were skipped), in order
         try:
-            for index, message in enumerate(messages):
+            if sub.spec.atomic == atomic.BATCH:
+                count = self._run_atomic_batches(sub, messages, outcomes, invoke, progress, started)
+                if count is None:
+                    return handled  # abandoned: the watchdog wrote what there was to write
+                handled = count
+            for index, message in enumerate(messages[started[0] :], start=started[0]):
                 key = message.partition
-                started += 1
-                if self.stop_event.is_set() or key not in sub.held:
+                started[0] += 1
+                if self.stop_event.is_set() or key not in sub.held or key in outcomes.lost:
                     outcomes.unprocessed.append((key, message.offset))
                     continue
                 if not self.handle(sub, message, outcomes, invoke, progress=progress, index=index):
@@ -190,12 +207,193 @@ class BatchRunner:
             # Not a handler's exception (handle() keeps those): the thread is being
             # killed, or the engine failed. Hand back what did not run, then let it go on.
             if progress is None or progress.start_writing():
-                self._hand_back(sub, messages[started:], exc)
+                self._hand_back(sub, messages[started[0] :], exc)
             raise
         if progress is not None and not progress.start_writing():
             return handled
         self.complete(sub, outcomes, watermarks)
         return handled
+
+    def _run_atomic_batches(
+        self,
+        sub: Subscription,
+        messages: list[FetchedMessage],
+        outcomes: Outcomes,
+        invoke: HandlerRunner,
+        progress: BatchProgress | None,
+        started: list[int],
+    ) -> int | None:
+        """``atomic="batch"``: run each partition's messages in one transaction (see
+        ``atomic.py``); return how many were handled, None if the watchdog took over."""
+        handled = 0
+        while started[0] < len(messages):
+            first = started[0]
+            key = messages[first].partition
+            end = first
+            while end < len(messages) and messages[end].partition == key:
+                end += 1
+            if self.stop_event.is_set() or key not in sub.held or key in outcomes.lost:
+                outcomes.unprocessed.extend((key, m.offset) for m in messages[first:end])
+                started[0] = end
+                continue
+            count = self._atomic_batch(sub, messages, range(first, end), outcomes, invoke, progress, started)
+            if count is None:
+                return None
+            handled += count
+            started[0] = end
+        return handled
+
+    def _atomic_batch(
+        self,
+        sub: Subscription,
+        messages: list[FetchedMessage],
+        indexes: range,
+        outcomes: Outcomes,
+        invoke: HandlerRunner,
+        progress: BatchProgress | None,
+        started: list[int],
+    ) -> int | None:
+        """One partition's messages ``messages[indexes]`` in one transaction and one commit.
+
+        Messages no handler takes (undecodable rows, dead letters replayed for another
+        group) go the ordinary way first. If a handler raises, or the ack or the COMMIT
+        fails, the transaction rolls back and each message runs again alone in its own
+        transaction (:meth:`handle`), so a poison message cannot hold its batch-mates
+        back. Return how many were handled; None if the watchdog took the batch over.
+        """
+        key = messages[indexes[0]].partition
+        todo: list[int] = []
+        for index in indexes:
+            m = messages[index]
+            if m.undecodable is not None or dlq.is_for_other_group(m.metadata, sub.group):
+                self.handle(sub, m, outcomes, invoke, progress=progress, index=index)
+            else:
+                todo.append(index)
+        if not todo:
+            return len(indexes)
+        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]] = []
+        failure: BaseException | None = None
+        committing = False
+        moved: int | None = None
+        try:
+            with transaction.atomic(using=self.store.using), atomic.watch_other_aliases(sub, self.store.using):
+                for index in todo:
+                    started[0] = max(started[0], index + 1)
+                    m = messages[index]
+                    attempt = attempt_number(m)
+                    received = self._received(sub, m, attempt, progress)
+                    span = tracing.start_process(received) if tracing.ENABLED else None
+                    if progress is not None and not progress.begin(
+                        index, handler_timeout(sub, received), received, span
+                    ):
+                        if span is not None:
+                            span.end(None)
+                        raise atomic.Abandoned
+                    began = time.monotonic()
+                    try:
+                        if span is None:
+                            invoke(sub.spec.handler, received, progress)
+                        else:
+                            with span:
+                                invoke(sub.spec.handler, received, progress)
+                    except BaseException as exc:  # noqa: BLE001 - rolls the batch back, see below
+                        failure = exc
+                    calls.append((m, received, attempt, span, time.monotonic() - began))
+                    keep = partial(outcomes.pending.append, (m.partition, m.offset))
+                    if progress is None:
+                        keep()
+                    elif not progress.record(keep):
+                        raise atomic.Abandoned
+                    if failure is not None:
+                        raise failure
+                if progress is not None:
+                    if not progress.start_commit():
+                        raise atomic.Abandoned
+                    committing = True
+                deliveries = [(m.offset, attempt - 1) for m, _, attempt, _, _ in calls]
+                moved = self.store.ack_in_transaction(sub.group, sub.topic, sub.name, key, deliveries)
+        except atomic.Abandoned:
+            # The watchdog took over (it hands the pending messages back): rolled back.
+            for _, _, _, span, _ in calls:
+                if span is not None and (progress is None or span is not progress.span):
+                    span.end(atomic.Abandoned("the batch was given up by the watchdog"))
+            self._log_late_return(sub, calls[-1][0] if calls else messages[todo[0]], rolled_back=True)
+            return None
+        except FenceLost as exc:
+            self._lost(sub, messages[todo[0]], exc, outcomes, progress if committing else None, None)
+            if not committing:
+                outcomes.pending.clear()
+            for _, _, _, span, _ in calls:
+                if span is not None:
+                    span.end(exc)
+            return len(indexes)
+        except BaseException as exc:  # noqa: BLE001 - a handler's error, or the ack's or COMMIT's
+            failure = failure or exc
+            if committing and progress is not None:
+                progress.end_commit()
+            return self._atomic_batch_failed(sub, messages, todo, calls, failure, outcomes, invoke, progress, indexes)
+
+        def done() -> None:
+            outcomes.pending.clear()
+            outcomes.committed += len(calls)
+            if moved is not None:
+                outcomes.moved[key] = moved
+
+        if progress is None:
+            done()
+        else:
+            progress.end_commit(done)
+        self.stats.add(delivered=len(calls))
+        for _, received, _, span, duration in calls:
+            if span is not None:
+                span.end(None)
+            signals.send(signals.message_processed, sub.topic, message=received, duration=duration)
+        return len(indexes)
+
+    def _atomic_batch_failed(
+        self,
+        sub: Subscription,
+        messages: list[FetchedMessage],
+        todo: list[int],
+        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]],
+        failure: BaseException,
+        outcomes: Outcomes,
+        invoke: HandlerRunner,
+        progress: BatchProgress | None,
+        indexes: range,
+    ) -> int | None:
+        """The batch's transaction rolled back because of ``failure``: run its messages again
+        one per transaction. A ``SystemExit`` or ``KeyboardInterrupt`` fails its message's
+        attempt and stops the worker instead (the others are handed back)."""
+        outcomes.pending.clear()  # rolled back; no handler in hand: the watchdog cannot take over now
+        for _, _, _, span, _ in calls:
+            if span is not None:
+                span.end(failure)
+        tidy_connections()
+        if isinstance(failure, (SystemExit, KeyboardInterrupt)) and calls:
+            m, _, attempt, _, _ = calls[-1]
+            self._decide(sub, m, attempt, failure, outcomes)
+            self._interrupt(sub, m, failure)
+            rest = [messages[i] for i in todo if messages[i] is not m]
+            outcomes.unprocessed.extend((other.partition, other.offset) for other in rest)
+            return len(indexes)
+        logger.info(
+            "an atomic batch rolled back (%s); its %d message(s) run again one per transaction group=%s topic=%s "
+            "partition=%d",
+            f"{type(failure).__name__}: {failure}",
+            len(todo),
+            sub.group,
+            sub.topic,
+            messages[todo[0]].partition,
+        )
+        for index in todo:
+            m = messages[index]
+            if self.stop_event.is_set() or m.partition not in sub.held or m.partition in outcomes.lost:
+                outcomes.unprocessed.append((m.partition, m.offset))
+                continue
+            if not self.handle(sub, m, outcomes, invoke, progress=progress, index=index):
+                return None
+        return len(indexes)
 
     def _hand_back(self, sub: Subscription, messages: list[FetchedMessage], exc: BaseException) -> None:
         """Hand back messages whose handler did not run after the batch failed outside its
@@ -243,22 +441,7 @@ class BatchRunner:
             outcomes.acks[m.partition].append(m.offset)
             return True
         attempt = attempt_number(m)
-        received = ReceivedMessage(
-            topic=sub.topic,
-            key=m.key,
-            partition=m.partition,
-            offset=m.offset,
-            id=m.id,
-            payload=m.payload,
-            metadata=m.metadata,
-            attempt=attempt,
-            created_at=m.created_at,
-            deliver_at=m.deliver_at,
-            group=sub.group,
-            _store=self.store,
-            _subscriber=sub.name,
-            _on_progress=None if progress is None else progress.touch,
-        )
+        received = self._received(sub, m, attempt, progress)
         self.stats.add(delivered=1)
         # The attempt's process span (tracing.py): started here, ended by whoever records the
         # attempt's outcome -- below, or the watchdog if it abandons the batch (progress.span).
@@ -268,17 +451,33 @@ class BatchRunner:
                 span.end(None)
             return False
         error: BaseException | None = None
+        lost: FenceLost | None = None
+        call = partial(invoke, sub.spec.handler, received, progress)
+        if sub.spec.atomic:
+            # The handler and its fenced ack in one transaction (atomic.py).
+            ack = partial(atomic.ack_and_commit, self.store, sub, m.partition, [(m.offset, attempt - 1)], progress)
+            call = partial(atomic.run_in_transaction, self.store, sub, call, ack)
         started = time.monotonic()
+        moved: int | None = None
         try:
             if span is None:
-                invoke(sub.spec.handler, received, progress)
+                moved = call()
             else:
                 with span:  # the current span while the handler runs: its publishes are children
-                    invoke(sub.spec.handler, received, progress)
+                    moved = call()
+        except atomic.Abandoned:
+            # The watchdog gave the attempt up first: the transaction rolled back.
+            self._log_late_return(sub, m, rolled_back=True)
+            return False
+        except FenceLost as exc:
+            lost = exc
         except BaseException as exc:  # noqa: BLE001 - any handler error is a failed attempt; see _decide
             error = exc
         duration = time.monotonic() - started
-        decide = partial(self._decide, sub, m, attempt, error, outcomes)
+        if lost is not None:
+            self._lost(sub, m, lost, outcomes, progress, span)
+            return True
+        decide = partial(self._decide, sub, m, attempt, error, outcomes, committed=bool(sub.spec.atomic), moved=moved)
         recorded = True
         if progress is None:
             decide()
@@ -301,26 +500,98 @@ class BatchRunner:
             if isinstance(error, (SystemExit, KeyboardInterrupt)):
                 self._interrupt(sub, m, error)
         if not recorded:
-            logger.info(
-                "a timed-out handler returned after all; its outcome is dropped (the attempt was failed and the "
-                "partition given up) group=%s topic=%s partition=%d offset=%d id=%s",
-                sub.group,
-                sub.topic,
-                m.partition,
-                m.offset,
-                m.id,
-            )
+            self._log_late_return(sub, m, rolled_back=False)
         return recorded
 
+    def _received(
+        self, sub: Subscription, m: FetchedMessage, attempt: int, progress: BatchProgress | None
+    ) -> ReceivedMessage:
+        return ReceivedMessage(
+            topic=sub.topic,
+            key=m.key,
+            partition=m.partition,
+            offset=m.offset,
+            id=m.id,
+            payload=m.payload,
+            metadata=m.metadata,
+            attempt=attempt,
+            created_at=m.created_at,
+            deliver_at=m.deliver_at,
+            group=sub.group,
+            _store=self.store,
+            _subscriber=sub.name,
+            _on_progress=None if progress is None else progress.touch,
+            _atomic=bool(sub.spec.atomic),
+        )
+
+    def _log_late_return(self, sub: Subscription, m: FetchedMessage, *, rolled_back: bool) -> None:
+        logger.info(
+            "a timed-out handler returned after all; its outcome is dropped%s (the attempt was failed and the "
+            "partition given up) group=%s topic=%s partition=%d offset=%d id=%s",
+            " and its transaction rolled back" if rolled_back else "",
+            sub.group,
+            sub.topic,
+            m.partition,
+            m.offset,
+            m.id,
+        )
+
+    def _lost(
+        self,
+        sub: Subscription,
+        m: FetchedMessage,
+        exc: FenceLost,
+        outcomes: Outcomes,
+        progress: BatchProgress | None,
+        span: Any,
+    ) -> None:
+        """An atomic transaction was rolled back by its fence: the message is the partition's
+        new holder's now. Nothing is written; the rest of the partition's batch is not run."""
+
+        def apply() -> None:
+            outcomes.lost.add(m.partition)
+            outcomes.pending.clear()
+
+        if progress is None:
+            apply()
+        else:
+            progress.record(apply)  # ends the commit: not abandoned meanwhile (see progress.py)
+        if span is not None:
+            span.end(exc)
+        logger.warning(
+            "an atomic consumer's transaction was rolled back: %s; the handler's effects are undone and the "
+            "partition's holder redelivers group=%s topic=%s partition=%d offset=%d id=%s",
+            exc,
+            sub.group,
+            sub.topic,
+            m.partition,
+            m.offset,
+            m.id,
+        )
+
     def _decide(
-        self, sub: Subscription, m: FetchedMessage, attempt: int, error: BaseException | None, outcomes: Outcomes
+        self,
+        sub: Subscription,
+        m: FetchedMessage,
+        attempt: int,
+        error: BaseException | None,
+        outcomes: Outcomes,
+        *,
+        committed: bool = False,
+        moved: int | None = None,
     ) -> None:
         """Add the outcome of a handler call: ack, dead letter (``Reject``), or a failed attempt.
 
         Any exception is a failed attempt, ``BaseException`` subclasses included (see the
-        module docstring for ``SystemExit`` and ``KeyboardInterrupt``).
+        module docstring for ``SystemExit`` and ``KeyboardInterrupt``). ``committed``: the
+        ack was committed with an atomic handler's transaction (``moved``: the watermark
+        it moved to, if it did).
         """
-        if error is None:
+        if error is None and committed:
+            outcomes.committed += 1
+            if moved is not None:
+                outcomes.moved[m.partition] = moved
+        elif error is None:
             outcomes.acks[m.partition].append(m.offset)
         elif isinstance(error, Reject):
             outcomes.dead.append((m, attempt, describe_error(error)))
@@ -381,9 +652,11 @@ class BatchRunner:
         dead: dict[int, set[int]] = defaultdict(set)
         for message, _, _ in outcomes.dead:
             dead[message.partition].add(message.offset)
+        if outcomes.moved:
+            watermarks = {**watermarks, **outcomes.moved}  # moved by atomic commits
         if outcomes.acks:
             self.db("ack", lambda: store.record_acks(group, topic, name, outcomes.acks, dead, watermarks))
-        self.stats.add(acked=sum(len(v) for v in outcomes.acks.values()))
+        self.stats.add(acked=sum(len(v) for v in outcomes.acks.values()) + outcomes.committed)
         if outcomes.unprocessed:
             self.db("release deliveries", lambda: store.release_deliveries(group, topic, name, outcomes.unprocessed))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import enum
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules
 
+from .atomic import validate_atomic
 from .conf import QueueSettings
 from .exceptions import ConfigurationError, InvalidMessage
 from .validation import validate_group, validate_topic
@@ -75,6 +77,17 @@ class ConsumerSpec:
     #: outcome is written: ``on_timeout(message_id, payload, attempt, error, final)``
     #: (the tasks backend records the failed attempt in the task's result).
     on_timeout: Callable[[str, Any, int, BaseException, bool], None] | None = None
+    #: The handler's writes and its ack commit in one transaction: True (per message),
+    #: "batch" (per fetched batch of a partition) or False. See :mod:`django_sqlqueue.atomic`.
+    atomic: bool | str = False
+
+    def __post_init__(self) -> None:
+        validate_atomic(self.atomic, self.name)
+        if self.atomic and inspect.iscoroutinefunction(self.handler):
+            raise ConfigurationError(
+                f"consumer {self.name}: an async def handler cannot be atomic (its ORM calls run on another "
+                f"thread's connection, outside the transaction); use a sync handler with atomic={self.atomic!r}."
+            )
 
     @property
     def name(self) -> str:
@@ -153,6 +166,7 @@ def consumer(
     visibility_timeout: float | None = None,
     max_attempts: int | None = None,
     timeout: float | _Default | None = DEFAULT,
+    atomic: bool | str = False,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``topic`` in consumer ``group``.
 
@@ -167,6 +181,14 @@ def consumer(
     :class:`~django_sqlqueue.exceptions.HandlerTimeout` (dead-lettered on its last
     attempt), its partition is given up and the worker goes on with a new handler
     thread; an ``async def`` handler is cancelled. See :mod:`django_sqlqueue.watchdog`.
+
+    ``atomic=True``: the handler runs in ``transaction.atomic()`` on the queue's database
+    and its ack commits in that same transaction, fenced by the partition's lease: its
+    database writes and ``publish()`` calls happen exactly once. ``atomic="batch"``: one
+    transaction (one commit) per fetched batch of a partition; a failing message rolls
+    the batch back and its messages are retried one per transaction. Writes on other
+    database aliases, emails and HTTP calls are outside the guarantee. Sync handlers
+    only. See :mod:`django_sqlqueue.atomic` and ``docs/delivery-semantics.md``.
     """
     try:
         validate_topic(topic)
@@ -176,13 +198,16 @@ def consumer(
     _positive(batch_size, "batch_size", int)
     _positive(visibility_timeout, "visibility_timeout", float)
     _positive(max_attempts, "max_attempts", int)
+    validate_atomic(atomic, f"{group}:{topic}")
     if timeout is not DEFAULT:
         _positive(timeout, "timeout", float)
 
     def decorator(fn: Handler) -> Handler:
         if not callable(fn):
             raise ConfigurationError(f"@consumer must decorate a callable, not {fn!r}.")
-        registry.register(ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts, timeout))
+        registry.register(
+            ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts, timeout, atomic=atomic)
+        )
         return fn
 
     return decorator
@@ -218,6 +243,8 @@ class ReceivedMessage:
     _subscriber: str | None = field(default=None, repr=False, compare=False)
     #: Called after a successful ``extend_visibility``: progress restarts the handler's timeout.
     _on_progress: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    #: Delivered to an atomic consumer: the handler runs in a transaction on this thread's connection.
+    _atomic: bool = field(default=False, repr=False, compare=False)
 
     def extend_visibility(self, seconds: float) -> bool:
         """Keep the message invisible to redelivery for ``seconds`` more, from now.
@@ -251,9 +278,20 @@ class ReceivedMessage:
     def _extend_visibility_sync(self, seconds: float) -> bool:
         if self._store is None or self._subscriber is None:
             raise RuntimeError("this message was not delivered by a worker")
-        extended = self._store.extend_visibility(
-            self.group, self.topic, self._subscriber, self.partition, self.offset, seconds
-        )
+        store, subscriber = self._store, self._subscriber
+
+        def extend() -> bool:
+            return store.extend_visibility(self.group, self.topic, subscriber, self.partition, self.offset, seconds)
+
+        if self._atomic and store.connection.vendor != "sqlite":
+            # Not on this thread's connection: it is in the atomic handler's transaction,
+            # which would keep the write -- and the share lock on the lease row that fences
+            # it, blocking the lease keeper's renewals -- until the handler commits.
+            # (SQLite: the handler's transaction holds the database write lock anyway; a
+            # second connection would wait for it.)
+            extended = _on_own_connection(extend)
+        else:
+            extended = extend()
         if extended and self._on_progress is not None:
             self._on_progress()
         if not extended:
@@ -265,6 +303,29 @@ class ReceivedMessage:
                 self.offset,
             )
         return extended
+
+
+def _on_own_connection(fn: Callable[[], bool]) -> bool:
+    """Run ``fn`` on a short-lived thread, so on connections of its own, committed at once."""
+    from django.db import connections
+
+    result: list[bool] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name="sqlqueue-extend-visibility", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]
 
 
 def _in_event_loop() -> bool:

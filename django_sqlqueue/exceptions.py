@@ -83,3 +83,13 @@ class HandlerTimeout(SQLQueueError, TimeoutError):
 class HandlersStuck(WorkerCrashed):
     """More handler threads are stuck in handlers that overran their timeout than
     ``--concurrency``: the worker exits for a restart (a Python thread cannot be killed)."""
+
+
+class FenceLost(SQLQueueError):
+    """An atomic consumer's transaction could not write its ack: this worker no longer
+    holds the partition's lease, or the delivery is no longer the one it was given (the
+    message was redelivered, nacked or acked elsewhere meanwhile).
+
+    The transaction is rolled back -- the handler's effects vanish with it -- and the
+    message is left to the partition's current holder. See :mod:`django_sqlqueue.atomic`.
+    """

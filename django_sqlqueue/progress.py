@@ -14,6 +14,11 @@ and writes nothing more.
 - ``touch``: the handler made progress (``extend_visibility``): its clock restarts;
 - ``record``: the handler returned; its outcome is added to the batch's outcomes --
   unless the batch was abandoned meanwhile, in which case it is dropped;
+- ``start_commit``: an atomic consumer's handler returned and its transaction is about
+  to write the ack and commit (``atomic.py``); until ``end_commit`` (or ``record``) the
+  batch cannot be abandoned -- so the watchdog's nack and the handler's commit never
+  both happen: whichever takes the lock first wins, and a handler whose batch was
+  abandoned finds ``start_commit`` refused and rolls its transaction back;
 - ``start_writing``: the batch is about to write its outcomes; it can no longer be
   abandoned (its writes are short and fenced by the lease);
 - ``abandon``: the watchdog takes the batch over -- only while a handler call is in hand
@@ -34,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 RUNNING = "running"
+#: An atomic consumer's transaction writes its ack and commits (not abandonable).
+COMMITTING = "committing"
 WRITING = "writing"
 ABANDONED = "abandoned"
 
@@ -113,13 +120,34 @@ class BatchProgress:
 
     def record(self, apply: Callable[[], object]) -> bool:
         """The handler returned: ``apply()`` adds its outcome, unless the batch was abandoned
-        (then nothing happens and False is returned)."""
+        (then nothing happens and False is returned). Ends a commit (``start_commit``)."""
         with self.lock:
             if self.state == ABANDONED:
                 return False
             apply()
             self.index = -1
+            if self.state == COMMITTING:
+                self.state = RUNNING
             return True
+
+    def start_commit(self) -> bool:
+        """An atomic handler's transaction commits now; False if the batch was abandoned
+        (it must roll back: the watchdog failed the attempt). Until :meth:`end_commit` or
+        :meth:`record` the batch cannot be abandoned."""
+        with self.lock:
+            if self.state != RUNNING:
+                return False
+            self.state = COMMITTING
+            return True
+
+    def end_commit(self, apply: Callable[[], object] | None = None) -> None:
+        """The commit begun by :meth:`start_commit` is over (committed or rolled back):
+        ``apply()`` (if given) runs under the lock, and the batch is abandonable again."""
+        with self.lock:
+            if apply is not None:
+                apply()
+            if self.state == COMMITTING:
+                self.state = RUNNING
 
     def start_writing(self) -> bool:
         """The batch writes its outcomes now; False if it was abandoned (it must not)."""

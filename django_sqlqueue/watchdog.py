@@ -178,6 +178,10 @@ class Watchdog:
                 signals.message_failed, sub.topic, message=progress.received, duration=elapsed, error=error, final=final
             )
         outcomes.unprocessed.extend((m.partition, m.offset) for m in progress.messages[index + 1 :])
+        # atomic="batch": messages handled in the batch's open transaction, which the late
+        # handler thread rolls back (start_commit is refused now): they were not done.
+        outcomes.unprocessed.extend(outcomes.pending)
+        outcomes.pending.clear()
         try:
             self.batches.complete(sub, outcomes, progress.watermarks)
         except Exception:  # the database is gone: the messages come back after their visibility timeout
