@@ -117,6 +117,19 @@ class GroupCount:
 
 
 @dataclass
+class InHandler:
+    """A fault inside a handler, and whether that handling's effect row survived it."""
+
+    kind: str  # "kill" (after its writes) or "pause" (after its effect row)
+    group: str
+    message_id: str
+    attempt: int
+    pid: int
+    #: Filled in by account(): an effect row of this very handling (pid, attempt) exists.
+    left_effect: bool | None = None
+
+
+@dataclass
 class Report:
     database: str
     seed: int
@@ -126,6 +139,7 @@ class Report:
     groups: dict[str, GroupCount]
     faults: list[Fault]
     exits: dict[str, int]
+    in_handler: list[InHandler] = field(default_factory=list)
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind)
@@ -138,6 +152,7 @@ class ExactlyOnceRun(FaultRun):
     def __init__(self, kind: str, plan: Plan, log: Any = print) -> None:
         self.plan = plan
         super().__init__(kind, seed=plan.seed, workers=plan.workers, stop_seconds=plan.stop_seconds, log=log)
+        self.in_handler: list[InHandler] = []
 
     def env(self, user: str) -> dict[str, str]:
         return {**super().env(user), "EO_HANDLER_DELAY": str(self.plan.delay)}
@@ -194,7 +209,7 @@ class ExactlyOnceRun(FaultRun):
             return set()
 
     def holder(
-        self, group: str | None = None, min_age: float | None = None, timeout: float = 10.0
+        self, group: str | None = None, min_age: float | None = None, timeout: float = 5.0
     ) -> tuple[str, ConsumerProcess] | None:
         """A random live worker, up for ``min_age`` s, holding a partition (of ``group``, if given)."""
         min_age = self.plan.min_age if min_age is None else min_age
@@ -220,25 +235,27 @@ class ExactlyOnceRun(FaultRun):
         """Ask a random worker for ``request`` in a handler of ``group``; the handler's line once it took it."""
         chosen = self.holder(group)
         if chosen is None:
-            self.log(f"no live worker held a partition of {group} for 10 s: no {request}")
+            self.log(f"no live worker held a partition of {group} for 5 s: no {request} in a handler")
             return None
         slot, process = chosen
         path = self.directory / f"{request}-{process.pid}-{group}"
         log = self.directory / f"inhandler-{process.pid}.tsv"
         path.touch()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5
         while True:
             lines = [line.split("\t") for line in _lines(log)]
             taken = [f for f in lines if f[0] == request and f[1] == group]
             if taken:
-                return slot, process, taken[-1]
+                line = taken[-1]
+                self.in_handler.append(InHandler(request, group, line[2], int(line[3]), process.pid))
+                return slot, process, line
             if time.monotonic() > deadline or not process.alive():
                 try:
                     path.unlink()
                 except FileNotFoundError:  # taken just now: its line follows
                     deadline = time.monotonic() + 5
                     continue
-                self.log(f"{slot} (pid {process.pid}) handled nothing of {group} in 10 s: no {request} in a handler")
+                self.log(f"{slot} (pid {process.pid}) handled nothing of {group} in 5 s: no {request} in a handler")
                 return None
             time.sleep(0.01)
 
@@ -319,6 +336,7 @@ class ExactlyOnceRun(FaultRun):
             duration=duration,
             drained=drained,
             groups=account(self),
+            in_handler=self.in_handler,
             faults=sorted(self.faults, key=lambda f: f.at),
             exits=dict(exits),
         )
@@ -336,10 +354,14 @@ def account(run: ExactlyOnceRun) -> dict[str, GroupCount]:
     """Count each group's effects, counter and follow-ups in the run's database."""
     db = run.database
     expected = message_ids(run.plan.messages)
-    rows = run.server.execute("SELECT consumer_group, message_id, worker, attempt FROM eoapp_effect", (), db)
+    rows = run.server.execute("SELECT consumer_group, message_id, worker, pid, attempt FROM eoapp_effect", (), db)
     effects: dict[str, dict[str, list[tuple[str, int]]]] = defaultdict(lambda: defaultdict(list))
-    for group, message_id, worker, attempt in rows:
+    handlings = set()
+    for group, message_id, worker, pid, attempt in rows:
         effects[str(group)][str(message_id)].append((str(worker), int(attempt)))
+        handlings.add((str(group), str(message_id), int(pid), int(attempt)))
+    for fault in run.in_handler:
+        fault.left_effect = (fault.group, fault.message_id, fault.pid, fault.attempt) in handlings
     counters = {str(name): int(n) for name, n in run.server.execute("SELECT name, n FROM eoapp_counter", (), db)}
     key_column = "`key`" if run.kind == "mariadb" else '"key"'  # a reserved word in both
     counts = {}
@@ -391,6 +413,11 @@ def format_report(report: Report, t0: float) -> str:
     lines += ["", f"{'t (s)':>7}  {'fault':<20} {'target':<14} detail"]
     for f in report.faults:
         lines.append(f"{f.at - t0:>7.1f}  {f.kind:<20} {f.slot + ' pid ' + str(f.pid):<14} {f.detail}")
+    for h in report.in_handler:
+        lines.append(
+            f"{h.kind} in a handler of {h.group} ({MODES[h.group]}): {h.message_id} attempt {h.attempt} pid {h.pid}: "
+            f"its effect row {'survived' if h.left_effect else 'was rolled back'}"
+        )
     lines.append(f"worker exits (status: count): {report.exits}")
     for group, c in report.groups.items():
         for what in ("missing", "unknown", "followup_mismatches", "duplicated"):
