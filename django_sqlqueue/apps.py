@@ -27,10 +27,14 @@ class SQLQueueConfig(AppConfig):
     def _register_task_replay() -> None:
         # Here, not when the backend is first used: the console and ``queue_dlq replay``
         # may replay a dead task in a process that never touched the backend.
+        from .consumers import register_spec_source
         from .dlq import register_replay_hook
+        from .tasks.discovery import task_consumer_specs
         from .tasks.replay import replay_task
 
         register_replay_hook(replay_task)
+        # The console and queue_status show the task queues' consumer options (atomic).
+        register_spec_source(task_consumer_specs)
 
 
 def uses_tasks_backend() -> bool:

@@ -52,7 +52,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -275,13 +275,21 @@ class BatchRunner:
         failure: BaseException | None = None
         committing = False
         moved: int | None = None
+        prepare = sub.spec.before_atomic
+        received_of = {i: self._received(sub, messages[i], attempt_number(messages[i]), progress) for i in todo}
+        if prepare is not None:
+            try:
+                for index in todo:
+                    prepare(received_of[index])
+            except Exception as exc:  # noqa: BLE001 - as a handler's failure: each message alone
+                return self._atomic_batch_failed(sub, messages, todo, [], exc, outcomes, invoke, progress, indexes)
         try:
             with transaction.atomic(using=self.store.using), atomic.watch_other_aliases(sub, self.store.using):
                 for index in todo:
                     started[0] = max(started[0], index + 1)
                     m = messages[index]
                     attempt = attempt_number(m)
-                    received = self._received(sub, m, attempt, progress)
+                    received = received_of[index]
                     span = tracing.start_process(received) if tracing.ENABLED else None
                     if progress is not None and not progress.begin(
                         index, handler_timeout(sub, received), received, span
@@ -459,6 +467,8 @@ class BatchRunner:
             call = partial(atomic.run_in_transaction, self.store, sub, call, ack)
         started = time.monotonic()
         moved: int | None = None
+        if sub.spec.atomic and sub.spec.before_atomic is not None:
+            call = partial(_after, partial(sub.spec.before_atomic, received), call)
         try:
             if span is None:
                 moved = call()
@@ -477,6 +487,8 @@ class BatchRunner:
         if lost is not None:
             self._lost(sub, m, lost, outcomes, progress, span)
             return True
+        if error is not None and sub.spec.atomic:
+            self._rolled_back(sub, received, error)
         decide = partial(self._decide, sub, m, attempt, error, outcomes, committed=bool(sub.spec.atomic), moved=moved)
         recorded = True
         if progress is None:
@@ -502,6 +514,19 @@ class BatchRunner:
         if not recorded:
             self._log_late_return(sub, m, rolled_back=False)
         return recorded
+
+    def _rolled_back(self, sub: Subscription, received: ReceivedMessage, error: BaseException) -> None:
+        """An atomic handler's transaction rolled back on ``error``: tell the consumer's
+        ``on_rollback`` hook (in autocommit: what it writes stays)."""
+        hook = sub.spec.on_rollback
+        if hook is None:
+            return
+        final = isinstance(error, Reject) or received.attempt >= sub.options.max_attempts
+        try:
+            tidy_connections()
+            hook(received, error, final)
+        except Exception:  # the attempt is failed all the same
+            logger.exception("on_rollback hook failed group=%s topic=%s id=%s", sub.group, sub.topic, received.id)
 
     def _received(
         self, sub: Subscription, m: FetchedMessage, attempt: int, progress: BatchProgress | None
@@ -692,6 +717,12 @@ class BatchRunner:
             dlq_topic,
             error.splitlines()[0],
         )
+
+
+def _after(first: Callable[[], object], then: Callable[[], Any]) -> Any:
+    """``first()``, then return ``then()`` (an atomic consumer's ``before_atomic`` hook)."""
+    first()
+    return then()
 
 
 def _log_handler_failure(exc: BaseException, then: str, context: tuple[Any, ...]) -> None:

@@ -80,6 +80,13 @@ class ConsumerSpec:
     #: The handler's writes and its ack commit in one transaction: True (per message),
     #: "batch" (per fetched batch of a partition) or False. See :mod:`django_sqlqueue.atomic`.
     atomic: bool | str = False
+    #: Atomic consumers: called on the handler's thread just before its transaction begins
+    #: (autocommit: what it writes commits at once), with the message it will get.
+    before_atomic: Callable[[ReceivedMessage], None] | None = None
+    #: Atomic consumers: called after the handler's transaction rolled back because the
+    #: handler raised, before the nack or dead letter is written:
+    #: ``on_rollback(message, error, final)`` (the tasks backend records the failed attempt).
+    on_rollback: Callable[[ReceivedMessage, BaseException, bool], None] | None = None
 
     def __post_init__(self) -> None:
         validate_atomic(self.atomic, self.name)
@@ -217,6 +224,35 @@ def load_consumers() -> list[ConsumerSpec]:
     """Import the ``consumers`` module of every installed app and return all specs."""
     autodiscover_modules("consumers")
     return registry.all()
+
+
+#: Callables returning consumer specs not in the registry (the tasks backend's queues).
+_spec_sources: list[Callable[[], list[ConsumerSpec]]] = []
+
+
+def register_spec_source(source: Callable[[], list[ConsumerSpec]]) -> None:
+    """Have :func:`known_consumers` include ``source()``'s specs (once, however often registered)."""
+    if source not in _spec_sources:
+        _spec_sources.append(source)
+
+
+def known_consumers() -> list[ConsumerSpec]:
+    """Every consumer this project declares: the ``@consumer`` handlers of every app's
+    ``consumers`` module and the registered sources' (task queues), by group and topic.
+
+    What operators' views (console, ``queue_status``) show as a consumer's options: the
+    code of *this* process, which is the workers' code when they run the same project.
+    """
+    specs = {(s.group, s.topic): s for s in load_consumers()}
+    for source in _spec_sources:
+        try:
+            found = source()
+        except Exception:  # a view must not fail on a broken integration
+            logger.exception("could not list consumers from %r", source)
+            continue
+        for s in found:
+            specs.setdefault((s.group, s.topic), s)
+    return [specs[k] for k in sorted(specs)]
 
 
 @dataclass

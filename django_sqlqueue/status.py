@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .atomic import describe
 from .conf import get_settings
+from .consumers import known_consumers
 from .dlq import dlq_topic
 from .store import QueueStore
 from .store.reports import DeliveryCounts
@@ -55,9 +57,30 @@ class GroupSummary:
 
 
 @dataclass(frozen=True)
+class ConsumerInfo:
+    """A consumer this project's code declares (``consumers.known_consumers``)."""
+
+    group: str
+    topic: str
+    #: "no", "per message" or "per batch" (``@consumer(atomic=...)``).
+    atomic: str
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     partitions: list[PartitionStatus] = field(default_factory=list)
     groups: list[GroupSummary] = field(default_factory=list)
+    #: The atomic consumers declared in this project's code (the others are not listed).
+    atomic_consumers: list[ConsumerInfo] = field(default_factory=list)
+
+
+def atomic_consumers(group: str | None = None, topic: str | None = None) -> list[ConsumerInfo]:
+    """The atomic consumers this project declares (of ``group``/``topic`` only)."""
+    return [
+        ConsumerInfo(c.group, c.topic, describe(c.atomic))
+        for c in known_consumers()
+        if c.atomic and (group is None or c.group == group) and (topic is None or c.topic == topic)
+    ]
 
 
 def queue_status(*, group: str | None = None, topic: str | None = None, using: str | None = None) -> QueueStatus:
@@ -65,8 +88,9 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
     conf = get_settings()
     store = QueueStore(using or conf.DATABASE)
     pairs = store.consumer_pairs(group, topic)
+    consumers = atomic_consumers(group, topic)
     if not pairs:
-        return QueueStatus()
+        return QueueStatus(atomic_consumers=consumers)
     lags = store.lags(pairs)
     deliveries = store.delivery_counts(group, topic)
     leases = {
@@ -119,4 +143,4 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 unsequenced=sum(p.unsequenced for p in mine),
             )
         )
-    return QueueStatus(partitions=result, groups=summaries)
+    return QueueStatus(partitions=result, groups=summaries, atomic_consumers=consumers)

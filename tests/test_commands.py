@@ -82,7 +82,7 @@ def test_queue_status_table_filters_and_empty():
 def test_queue_status_json():
     build_state()
     data = json.loads(run("queue_status", "--json"))
-    assert set(data) == {"partitions", "groups"}
+    assert set(data) == {"partitions", "groups", "atomic_consumers"}
     g1a = next(p for p in data["partitions"] if p["group"] == "g1" and p["partition"] == 0)
     assert g1a == {
         "group": "g1",
@@ -113,6 +113,7 @@ def test_queue_status_json():
     assert json.loads(run("queue_status", "--json", "--group", "nobody")) == {
         "partitions": [],
         "groups": [],
+        "atomic_consumers": [],
     }
 
 

@@ -126,4 +126,6 @@ def test_queue_status_filters():
 
 
 def test_queue_status_of_an_empty_queue():
-    assert queue_status() == QueueStatus(partitions=[], groups=[])
+    status = queue_status()
+    # (status.consumers lists the consumers the test apps declare: code, not queue state.)
+    assert (status.partitions, status.groups) == ([], [])

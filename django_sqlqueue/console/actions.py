@@ -46,6 +46,7 @@ class Views(Pages):
                 "rows": rows,
                 "info": info[0] if info else None,
                 "lag": sum(r.lag for r in rows),
+                "atomic": ops.consumer_atomic(group, topic),
             },
             tab="groups",
             title=f"Group {group} on {topic}",

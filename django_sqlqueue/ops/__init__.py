@@ -23,7 +23,7 @@ from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_par
 from .health import Health, Thresholds, check_health, configured_thresholds, dead_letter_cap, overview_problems
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
-from .overview import Overview, overview
+from .overview import Overview, consumer_atomic, overview
 from .pausing import pause, paused_topics, resume
 from .replay import BulkResult, purge, purge_matching, replay, replay_matching
 from .seek import SeekPlan, plan_seek, seek
@@ -47,6 +47,7 @@ __all__ = [
     "browse",
     "check_health",
     "configured_thresholds",
+    "consumer_atomic",
     "count_dead_letters",
     "dead_letter_cap",
     "drop_group",

@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from ..atomic import describe
 from ..conf import get_settings
+from ..consumers import known_consumers
 from ..dlq import dlq_topic, is_dlq_topic
 from ..store import DeliveryCounts, QueueStore
 from .base import alias, store
@@ -48,6 +50,9 @@ class GroupTopicStatus:
     #: Seconds since ``oldest_unhandled_at`` by the database clock (0 when nothing is unhandled):
     #: the one definition ``queue_health --max-lag-seconds`` checks (``ops/health.py``).
     lag_seconds: float = 0.0
+    #: The consumer's ``atomic`` option as declared in this project's code ("no", "per
+    #: message", "per batch"; "" when this process declares no such consumer).
+    atomic: str = ""
 
     @property
     def problems(self) -> list[str]:
@@ -137,6 +142,15 @@ def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     )
 
 
+def consumer_atomic(group: str, topic: str) -> str:
+    """The ``atomic`` option of the consumer of ``topic`` in ``group`` as declared in this
+    project's code ("no", "per message", "per batch"), or "" if it declares none."""
+    for c in known_consumers():
+        if (c.group, c.topic) == (group, topic):
+            return describe(c.atomic)
+    return ""
+
+
 def group_statuses(
     group: str | None = None, topic: str | None = None, *, using: str | None = None, cap: int = COUNT_CAP
 ) -> tuple[dt.datetime, list[GroupTopicStatus]]:
@@ -170,6 +184,7 @@ def _rows(
         deliveries[(g, t)] = deliveries.get((g, t), DeliveryCounts()) + counts
     suffix = get_settings().DLQ_SUFFIX
     dead = s.dead_letter_counts([(dlq_topic(g.topic, suffix), g.group) for g in groups], cap)
+    atomic = {(c.group, c.topic): describe(c.atomic) for c in known_consumers()}
     return [
         _status(
             g,
@@ -178,13 +193,20 @@ def _rows(
             deliveries.get((g.group, g.topic), DeliveryCounts()),
             dead.get((dlq_topic(g.topic, suffix), g.group), 0),
             sum(1 for lease in stale if lease.group == g.group and lease.topic == g.topic),
+            atomic.get((g.group, g.topic), ""),
         )
         for g in groups
     ]
 
 
 def _status(
-    g: GroupTopic, now: dt.datetime, oldest: dt.datetime | None, c: DeliveryCounts, dead: int, stale: int
+    g: GroupTopic,
+    now: dt.datetime,
+    oldest: dt.datetime | None,
+    c: DeliveryCounts,
+    dead: int,
+    stale: int,
+    atomic: str = "",
 ) -> GroupTopicStatus:
     return GroupTopicStatus(
         group=g.group,
@@ -202,4 +224,5 @@ def _status(
         holds_back_gc=g.live_subscribers == 0 and g.lag > 0 and not g.paused,
         last_ack_at=g.last_ack_at,
         lag_seconds=max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0,
+        atomic=atomic,
     )

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import dlq, tracing
+from ..atomic import validate_atomic
 from ..conf import get_settings
 from ..consumers import DEFAULT
 from ..exceptions import ConfigurationError, InvalidMessage
@@ -51,6 +52,7 @@ OPTION_KEYS = frozenset(
         "MAX_ATTEMPTS",
         "VISIBILITY_TIMEOUT",
         "TIMEOUT",
+        "ATOMIC",
         "BATCH_SIZE",
         "STRICT",
         "RESULT_RETENTION",
@@ -71,6 +73,15 @@ class BackendOptions:
     #: ``OPTIONS["TIMEOUT"]``: seconds, None (no limit), a dict of those by queue name, or
     #: DEFAULT (the visibility timeout); see ``tasks/timeouts.py``.
     timeout: Any = DEFAULT
+    #: ``OPTIONS["ATOMIC"]``: True, False, "batch", or a dict of those by queue name: a
+    #: task's effects and its result row commit with its ack (``atomic.py``).
+    atomic: Any = False
+
+    def atomic_for_queue(self, queue_name: str) -> bool | str:
+        """The consumer ``atomic`` option of one queue."""
+        if isinstance(self.atomic, dict):
+            return self.atomic.get(queue_name, False)
+        return self.atomic
 
     def timeout_for_queue(self, queue_name: str) -> Any:
         """The consumer ``timeout`` of one queue (a number, None, or DEFAULT)."""
@@ -123,7 +134,15 @@ def parse_options(alias: str, options: Any) -> BackendOptions:
         batch_size=batch_size,
         result_retention=DEFAULT_RESULT_RETENTION if retention is None else retention,
         timeout=parse_timeout(f"{where}['TIMEOUT']", options["TIMEOUT"]) if "TIMEOUT" in options else DEFAULT,
+        atomic=_parse_atomic(f"{where}['ATOMIC']", options.get("ATOMIC", False)),
     )
+
+
+def _parse_atomic(where: str, value: Any) -> Any:
+    """Validate ``OPTIONS["ATOMIC"]``: True, False, "batch", or a dict of those by queue name."""
+    if isinstance(value, dict):
+        return {queue: validate_atomic(atomic, f"{where}[{queue!r}]") for queue, atomic in value.items()}
+    return validate_atomic(value, where)
 
 
 class SQLQueueBackend(BaseTaskBackend):
@@ -141,11 +160,11 @@ class SQLQueueBackend(BaseTaskBackend):
             raise ConfigurationError(f"TASKS[{alias!r}]['QUEUES'] must name at least one queue.")
         for name in sorted(self.queues):
             self.topic_for(name)  # validates the queue name as part of a topic
-        if isinstance(self.sqlqueue.timeout, dict):
-            unknown = sorted(set(self.sqlqueue.timeout) - set(self.queues))
+        for key, value in (("TIMEOUT", self.sqlqueue.timeout), ("ATOMIC", self.sqlqueue.atomic)):
+            unknown = sorted(set(value) - set(self.queues)) if isinstance(value, dict) else []
             if unknown:
                 raise ConfigurationError(
-                    f"TASKS[{alias!r}]['OPTIONS']['TIMEOUT'] names queue(s) not in QUEUES: "
+                    f"TASKS[{alias!r}]['OPTIONS'][{key!r}] names queue(s) not in QUEUES: "
                     f"{', '.join(map(str, unknown))}."
                 )
         # apps.py registers it too when TASKS names this backend; also here for a backend

@@ -53,6 +53,9 @@ def task_consumer_specs() -> list[ConsumerSpec]:
                     timeout=opts.timeout_for_queue(queue_name),
                     timeout_for=handler.timeout_for,
                     on_timeout=handler.timed_out,
+                    atomic=opts.atomic_for_queue(queue_name),
+                    before_atomic=handler.begin_attempt,
+                    on_rollback=handler.rolled_back,
                 )
             )
     return specs

@@ -16,6 +16,15 @@ consumer semantics:
   watchdog records the ``HandlerTimeout`` in its result (:meth:`TaskHandler.timed_out`)
   and the attempt is retried or dead-lettered; should the task return after all, its
   outcome is not recorded (``results.finish`` writes only over its own attempt).
+
+**Atomic queues** (``OPTIONS["ATOMIC"]``, see ``atomic.py``): the task runs inside the
+consumer's transaction, and its result row's final state (SUCCESSFUL, with the return
+value) is written in that transaction too, so it commits with the task's effects and
+the ack -- or not at all. The attempt is recorded RUNNING just *before* that
+transaction (:meth:`TaskHandler.begin_attempt`, committed at once), so the open
+transaction holds no lock on the result row while the task runs (the watchdog records
+a timeout on that row). A task that raises rolls its transaction back; its failed attempt
+is then recorded in a short transaction of its own (:meth:`TaskHandler.rolled_back`).
 """
 
 from __future__ import annotations
@@ -24,9 +33,13 @@ import json
 import logging
 import os
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
+from django.db import connections
+
 from .. import tracing
+from ..conf import get_settings
 from ..exceptions import Reject
 from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
@@ -50,6 +63,9 @@ class TaskHandler:
         self.max_attempts = max_attempts
         self.__name__ = f"run_tasks[{alias}]"
         self.__qualname__ = self.__name__
+        #: Atomic queues: the attempt ``begin_attempt`` recorded on this thread, by message id
+        #: (None: the task had finished already).
+        self._begun = threading.local()
 
     def backend(self) -> SQLQueueBackend:
         from .compat import task_backends
@@ -75,6 +91,52 @@ class TaskHandler:
                 return
             task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
 
+    def begin_attempt(self, message: ReceivedMessage) -> None:
+        """Atomic queues: record the attempt RUNNING before the consumer's transaction begins."""
+        try:
+            record = self._begin(message)
+        except Exception:  # noqa: BLE001 - __call__ records the attempt (or rejects the task) itself
+            self._begun.entry = None
+            return
+        self._begun.entry = (message.id, message.attempt, record)
+
+    def rolled_back(self, message: ReceivedMessage, error: BaseException, final: bool) -> None:
+        """Atomic queues: the task raised and its transaction rolled back: record the failed attempt."""
+        record = self._taken(message) or self._begin(message)
+        if record is None:
+            return
+        if results.finish(record, error=error, final=final) and final:
+            try:
+                task = results.resolve_task(message.payload["task"], message.payload.get("queue_name"))
+            except Exception:  # noqa: BLE001 - the result is recorded; only the signal needs the task
+                return
+            task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
+
+    def _taken(self, message: ReceivedMessage, *, keep: bool = False) -> Any:
+        """The record ``begin_attempt`` made for this delivery (False: the task had finished;
+        None: none). ``keep``: leave it for ``rolled_back``."""
+        entry = getattr(self._begun, "entry", None)
+        if not keep:
+            self._begun.entry = None
+        if entry is None or entry[:2] != (message.id, message.attempt):
+            return None
+        return entry[2] or False
+
+    def _begin(self, message: ReceivedMessage) -> Any:
+        payload = message.payload
+        # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
+        result_id = payload.get("result_id") or message.id
+        return results.begin(
+            backend_alias=self.backend().alias,
+            result_id=result_id,
+            payload=payload,
+            topic=message.topic,
+            key=message.key,
+            enqueued_at=message.created_at,
+            worker_id=WORKER_ID,
+            first_attempt=message.attempt == 1 and result_id == message.id,
+        )
+
     def __call__(self, message: ReceivedMessage) -> None:
         backend = self.backend()
         payload = message.payload
@@ -84,18 +146,15 @@ class TaskHandler:
             raise Reject(f"cannot load task {payload.get('task')!r}: {type(exc).__name__}: {exc}") from exc
         if tracing.ENABLED:  # the worker's process span names the task
             tracing.set_current_attributes({tracing.TASK_NAME: task.module_path})
-        # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
+        # In an atomic consumer's transaction (atomic.py): the attempt was begun before it,
+        # and a failure is recorded after its rollback (rolled_back), not here.
+        atomic = connections[get_settings().DATABASE].in_atomic_block
+        begun = self._taken(message, keep=True) if atomic else None
         result_id = payload.get("result_id") or message.id
-        record = results.begin(
-            backend_alias=backend.alias,
-            result_id=result_id,
-            payload=payload,
-            topic=message.topic,
-            key=message.key,
-            enqueued_at=message.created_at,
-            worker_id=WORKER_ID,
-            first_attempt=message.attempt == 1 and result_id == message.id,
-        )
+        if begun is False:
+            logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
+            return
+        record = begun if begun is not None else self._begin(message)
         if record is None:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return
@@ -109,6 +168,8 @@ class TaskHandler:
             value = normalize_json(value)
             json.dumps(value)  # a return value the result row cannot store fails the attempt
         except Exception as exc:
+            if atomic:
+                raise  # rolled back: rolled_back() records it
             final = isinstance(exc, Reject) or message.attempt >= self.max_attempts
             if results.finish(record, error=exc, final=final) and final:
                 task_finished.send(type(backend), task_result=results.to_result(record, task))

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_sqlqueue.ops import list_topics
-from django_sqlqueue.status import queue_status
+from django_sqlqueue.status import ConsumerInfo, queue_status
 
 from ._console import table
 
@@ -46,6 +46,7 @@ class Command(BaseCommand):
         if not status.groups:
             self.stdout.write("no consumer group has consumed anything yet")
             self._unconsumed_topics()
+            self._atomic(status.atomic_consumers)
             return
         rows = [
             (
@@ -73,6 +74,16 @@ class Command(BaseCommand):
                 f"live subscribers {g.live_subscribers}"
             )
         self._unconsumed_topics()
+        self._atomic(status.atomic_consumers)
+
+    def _atomic(self, consumers: list[ConsumerInfo]) -> None:
+        """Print the atomic consumers this project declares (handler writes and ack in one transaction)."""
+        if not consumers:
+            return
+        self.stdout.write("")
+        self.stdout.write("atomic consumers declared in this project (handler writes and ack commit together):")
+        for line in table(("group", "topic", "atomic"), [(c.group, c.topic, c.atomic) for c in consumers]):
+            self.stdout.write(line)
 
     def _unconsumed_topics(self) -> None:
         """Print the topics in the log that no group consumes: garbage collection never deletes them."""
