@@ -42,7 +42,9 @@ from bench.common import raw_connection, setup_django  # noqa: E402
 
 #: (label, BENCH_ATOMIC, the aim as a fraction of the non-atomic median)
 MODES = (("non-atomic", "", None), ("atomic=True", "true", 0.5), ('atomic="batch"', "batch", 0.9))
-COUNTERS = ("Com_insert", "Com_update", "Com_select", "Com_delete", "Com_commit", "Com_begin", "Questions")
+COUNTERS = (
+    "Com_insert", "Com_update", "Com_select", "Com_delete", "Com_commit", "Com_rollback", "Com_set_option", "Questions",
+)  # fmt: skip
 
 
 def create_effects_table() -> None:
