@@ -243,7 +243,12 @@ def known_consumers() -> list[ConsumerSpec]:
     What operators' views (console, ``queue_status``) show as a consumer's options: the
     code of *this* process, which is the workers' code when they run the same project.
     """
-    specs = {(s.group, s.topic): s for s in load_consumers()}
+    try:
+        declared = load_consumers()
+    except Exception:  # an app's consumers module fails to import: a view must not fail on it
+        logger.exception("could not import the apps' consumers modules")
+        declared = registry.all()
+    specs = {(s.group, s.topic): s for s in declared}
     for source in _spec_sources:
         try:
             found = source()

@@ -109,3 +109,10 @@ def hang_or_record(message: ReceivedMessage) -> None:
 
 # tests/test_watchdog_processes.py: the hung-handler case (timeout = visibility timeout).
 consumer("proc.hang", group="hang", batch_size=10, visibility_timeout=3, max_attempts=2)(hang_or_record)
+
+
+if os.environ.get("SQLQUEUE_TEST_ATOMIC"):
+    # tests/test_atomic_processes.py only (the in-process tests list the declared consumers):
+    # the same script, in one transaction with the ack. ``behave`` records Handled first, so a
+    # worker killed mid-handler leaves no Handled row of that attempt.
+    consumer("proc.atomic", group="atomic", batch_size=10, visibility_timeout=VISIBILITY_TIMEOUT, atomic=True)(behave)
