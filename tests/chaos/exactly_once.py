@@ -82,16 +82,25 @@ class Plan:
     #: A worker is a victim once it has run this long (it has leases by then).
     min_age: float = 1.5
     #: Seconds each handling sleeps before its writes (EO_HANDLER_DELAY).
-    delay: float = 0.004
+    delay: float = 0.002
     drain_timeout: float = 300.0
     seed: int = 0
 
     def schedule(self, rng: Any) -> list[str]:
-        """The faults in a random order: ``kill``, ``stop``, ``kill:<group>``, ``pause:<group>``."""
+        """The faults in a random order: ``kill``, ``stop``, ``kill:<group>``, ``pause:<group>``.
+
+        The faults inside handlers fall in the first third of the run: the groups drain at
+        different speeds (``batch`` commits least), and one that has drained has no handler
+        left to fault.
+        """
         faults = ["kill"] * self.kills + ["stop"] * self.stops
-        faults += [f"kill:{GROUPS[i % len(GROUPS)]}" for i in range(self.kills_in_handler)]
-        faults += [f"pause:{GROUPS[i % len(GROUPS)]}" for i in range(self.pauses_in_handler)]
         rng.shuffle(faults)
+        inside = [f"kill:{GROUPS[i % len(GROUPS)]}" for i in range(self.kills_in_handler)]
+        inside += [f"pause:{GROUPS[i % len(GROUPS)]}" for i in range(self.pauses_in_handler)]
+        rng.shuffle(inside)
+        third = (len(faults) + len(inside)) // 3
+        for fault in inside:
+            faults.insert(rng.randrange(third), fault)
         return faults
 
 
@@ -208,14 +217,34 @@ class ExactlyOnceRun(FaultRun):
         except Exception:  # noqa: BLE001 - a busy moment: none seen
             return set()
 
+    def recent_writers(self, group: str) -> set[str]:
+        """The workers that wrote the latest 30 (committed) effect rows of ``group``."""
+        try:
+            rows = self.server.execute(
+                "SELECT worker FROM eoapp_effect WHERE consumer_group = %s ORDER BY id DESC LIMIT 30",
+                (group,),
+                self.database,
+            )
+        except Exception:  # noqa: BLE001 - a busy moment: none seen
+            return set()
+        return {str(worker) for (worker,) in rows}
+
     def holder(
         self, group: str | None = None, min_age: float | None = None, timeout: float = 5.0
     ) -> tuple[str, ConsumerProcess] | None:
-        """A random live worker, up for ``min_age`` s, holding a partition (of ``group``, if given)."""
+        """A random live worker, up for ``min_age`` s, holding a partition (of ``group``, if given).
+
+        With a group, one of those that wrote its latest effect rows if any does: a holder
+        whose partitions wait for a visibility timeout (a message in flight at a killed
+        worker) would handle nothing meanwhile.
+        """
         min_age = self.plan.min_age if min_age is None else min_age
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             names = self.holders(group)
+            if group is not None:
+                active = names & self.recent_writers(group)
+                names = active or names
             now = time.monotonic()
             candidates = [
                 (slot, p)
@@ -241,6 +270,9 @@ class ExactlyOnceRun(FaultRun):
 
     def _ask(self, request: str, group: str) -> tuple[str, ConsumerProcess, list[str]] | None:
         """Ask a random worker for ``request`` in a handler of ``group``; the handler's line once it took it."""
+        if self.acked().get(group, 0) > self.plan.messages * 0.95:
+            self.log(f"{group} has (almost) drained: no {request} in a handler")
+            return None
         chosen = self.holder(group)
         if chosen is None:
             self.log(f"no live worker held a partition of {group} for 5 s: no {request} in a handler")
@@ -249,7 +281,7 @@ class ExactlyOnceRun(FaultRun):
         path = self.directory / f"{request}-{process.pid}-{group}"
         log = self.directory / f"inhandler-{process.pid}.tsv"
         path.touch()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 3
         while True:
             lines = [line.split("\t") for line in _lines(log)]
             taken = [f for f in lines if f[0] == request and f[1] == group]
@@ -263,7 +295,7 @@ class ExactlyOnceRun(FaultRun):
                 except FileNotFoundError:  # taken just now: its line follows
                     deadline = time.monotonic() + 5
                     continue
-                self.log(f"{slot} (pid {process.pid}) handled nothing of {group} in 5 s: no {request} in a handler")
+                self.log(f"{slot} (pid {process.pid}) handled nothing of {group} in 3 s: no {request} in a handler")
                 return None
             time.sleep(0.01)
 

@@ -44,7 +44,7 @@ WORKER = os.environ.get("SQLQUEUE_TEST_WORKER", "?")
 PID = os.getpid()
 #: Seconds of "work" before the writes: the run lasts long enough for its faults, and a
 #: random kill finds a handler in progress.
-DELAY = float(os.environ.get("EO_HANDLER_DELAY", "0.004"))
+DELAY = float(os.environ.get("EO_HANDLER_DELAY", "0.002"))
 #: ``@consumer(atomic=...)`` where the engine has it (issue 16); without it every group is
 #: at-least-once, and the exactly-once test says so.
 HAS_ATOMIC = "atomic" in inspect.signature(consumer).parameters
