@@ -1,7 +1,10 @@
 """Benchmark handlers, registered for ``manage.py runconsumer --group bench``.
 
 - ``bench.drain``: does nothing but count (the cost measured is the queue's, not the handler's).
-  ``BENCH_BATCH_SIZE`` (default 100) is its batch size.
+  ``BENCH_BATCH_SIZE`` (default 100) is its batch size. For ``bench/atomic.py`` (issue 16),
+  ``BENCH_DRAIN_WRITE=1`` makes it insert one row into ``bench_effects`` (on the queue's
+  database, created by that script), and ``BENCH_ATOMIC`` (``true``, ``batch``; empty: not
+  atomic) is its ``atomic=``: the same write, inside the ack's transaction or on its own.
 - ``bench.scale`` (group ``scale``): no-op, for ``bench/scale.py`` (the topic stays empty).
 - ``bench.latency``: the payload carries the publisher's ``time.time()`` as ``"t"`` (and a run
   label as ``"run"``); the handler appends ``"<run> <latency seconds>"`` to a per-process file in
@@ -16,7 +19,9 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from django.db import connection
 
 from django_sqlqueue import consumer
 
@@ -25,10 +30,26 @@ BATCH_SIZE = int(os.environ.get("BENCH_BATCH_SIZE", "100"))
 handled = 0
 
 
-@consumer("bench.drain", group="bench", batch_size=BATCH_SIZE)
+#: bench/atomic.py: the drain handler's write and its atomic= (issue 16).
+DRAIN_WRITE = os.environ.get("BENCH_DRAIN_WRITE") == "1"
+ATOMIC = {"": False, "true": True, "batch": "batch"}[os.environ.get("BENCH_ATOMIC", "")]
+_drain_options: dict[str, Any] = {"atomic": ATOMIC} if ATOMIC else {}
+
+
 def drain(message) -> None:  # type: ignore[no-untyped-def]
     global handled
     handled += 1
+
+
+def drain_write(message) -> None:  # type: ignore[no-untyped-def]
+    """The same small write whatever the mode: one row, on the queue's database."""
+    global handled
+    handled += 1
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO bench_effects (message_id) VALUES (%s)", [message.id])
+
+
+consumer("bench.drain", group="bench", batch_size=BATCH_SIZE, **_drain_options)(drain_write if DRAIN_WRITE else drain)
 
 
 _latency_file: IO[str] | None = None

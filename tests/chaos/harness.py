@@ -2,8 +2,10 @@
 
 :class:`ChaosRun` starts a private MariaDB or PostgreSQL server (tests/dbservers.py),
 migrates it, starts ``runconsumer`` workers under a small process manager (a worker that
-dies or exits is started again, as systemd's ``Restart=always`` would) and the publisher
-(tests/chaos/publisher.py), and meanwhile injects faults one after the other:
+dies or exits is started again, as systemd's ``Restart=always`` would; the server, the
+process manager, ``kill -9`` and ``SIGSTOP`` are shared with the other chaos runs, in
+tests/chaos/faults.py) and the publisher (tests/chaos/publisher.py), and meanwhile injects
+faults one after the other:
 
 - ``kill -9`` of a random worker;
 - ``SIGSTOP`` of a worker for longer than ``LEASE_DURATION``, then ``SIGCONT``: at a
@@ -34,7 +36,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.dbservers import SERVERS, DatabaseServer
+from tests.chaos.faults import Fault, FaultRun
 from tests.processes import ROOT, ConsumerProcess
 
 EVENTS = "chaos.events"
@@ -53,7 +54,6 @@ GROUPS = ("strict", "batch")
 HANG_GROUP = "batch"
 HUNG_ID = "hung-1"
 SETTINGS = "tests.chaos.settings"
-PASSWORD = "chaos-pw"
 LEASE_DURATION = 3.0
 VISIBILITY_TIMEOUT = 4.0
 #: A fault's victim "held" the partitions it handled in the last WINDOW seconds before it.
@@ -149,22 +149,6 @@ class Published:
         return cls(f[0], f[1], f[2], int(f[3]), float(f[4]), f[5] == "1", int(f[6]))
 
 
-@dataclass
-class Fault:
-    kind: str  # "kill -9", "SIGSTOP", "SIGSTOP in handler", "connection kill", "server restart", "hung handler"
-    at: float
-    pid: int | None = None
-    slot: str = ""
-    #: SIGCONT (SIGSTOP), the server accepting connections again (restart).
-    until: float | None = None
-    detail: str = ""
-    #: Filled in by analyse(): seconds until handling resumed, and how it was measured.
-    recovery: float | None = None
-    note: str = ""
-    #: SIGSTOP: the victim's log length at SIGCONT (what it logged afterwards is checked).
-    log_offset: int = 0
-
-
 class Ledger:
     """Reads the records (worker files) and the publisher's file incrementally."""
 
@@ -196,82 +180,6 @@ class Ledger:
 
     def handled_ids(self, group: str) -> set[str]:
         return {r.id for r in self.records if r.kind == "handled" and r.group == group and r.topic == EVENTS}
-
-
-class Supervisor:
-    """The process manager: keeps one ``runconsumer`` running per slot, restarting any that exits."""
-
-    def __init__(self, run: ChaosRun) -> None:
-        self.run = run
-        self.current: dict[str, ConsumerProcess] = {}
-        self.generation: dict[str, int] = defaultdict(int)
-        self.every: list[ConsumerProcess] = []
-        self.started_at: dict[int, float] = {}
-        #: (slot, pid, status, monotonic time it was noticed)
-        self.exits: list[tuple[str, int, int, float]] = []
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="chaos-supervisor", daemon=True)
-
-    def start_slot(self, slot: str) -> ConsumerProcess:
-        index = int(slot[1:])
-        concurrency = self.run.plan.concurrency[index % len(self.run.plan.concurrency)]
-        self.generation[slot] += 1
-        # The hung handler runs on the workers of --concurrency 1 only, where it stalls
-        # every partition of its worker unless the handler timeout frees it.
-        topics = ["--topic", EVENTS] if concurrency > 1 else []
-        process = ConsumerProcess(
-            f"{slot}.{self.generation[slot]}",
-            "--concurrency",
-            str(concurrency),
-            *topics,
-            settings=SETTINGS,
-            verbosity="1",
-            env=self.run.env(user=f"chaos_{slot}"),
-        )
-        self.current[slot] = process
-        self.every.append(process)
-        self.started_at[process.pid] = time.monotonic()
-        return process
-
-    def start(self) -> None:
-        with self.lock:
-            for i in range(self.run.plan.workers):
-                self.start_slot(f"w{i}")
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.1):
-            with self.lock:
-                for slot, process in list(self.current.items()):
-                    status = process.proc.poll()
-                    if status is not None:
-                        self.exits.append((slot, process.pid, status, time.monotonic()))
-                        self.start_slot(slot)
-
-    def live(self) -> list[tuple[str, ConsumerProcess]]:
-        with self.lock:
-            return [(slot, p) for slot, p in self.current.items() if p.alive()]
-
-    def stop(self) -> None:
-        """Stop restarting; SIGTERM every worker (SIGCONT first), kill what has not exited in 10 s."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-        for process in self.current.values():
-            process.signal(signal.SIGCONT)
-            process.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in self.current.values():
-            try:
-                process.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.proc.kill()
-                process.proc.wait(10)
-
-    def cleanup(self) -> None:
-        for process in self.every:
-            process.cleanup()
 
 
 @dataclass
@@ -313,55 +221,33 @@ class Report:
         return data
 
 
-class ChaosRun:
+class ChaosRun(FaultRun):
+    settings = SETTINGS
+
     def __init__(self, kind: str, plan: Plan, log: Any = print) -> None:
-        self.kind = kind
         self.plan = plan
-        self.rng = random.Random(plan.seed)
-        self.log = log
-        self.directory = Path(tempfile.mkdtemp(prefix=f"sqlqueue-chaos-{kind}-"))
-        self.server: DatabaseServer = SERVERS[kind]()
+        super().__init__(kind, seed=plan.seed, workers=plan.workers, stop_seconds=plan.stop_seconds, log=log)
         self.ledger = Ledger(self.directory)
-        self.supervisor = Supervisor(self)
-        self.faults: list[Fault] = []
         self.publisher: subprocess.Popen[bytes] | None = None
-        self.t0 = 0.0
         self._dlq_seen = False
 
     # -- setup -------------------------------------------------------------------------------
 
-    def env(self, user: str) -> dict[str, str]:
-        return {
-            "DATABASE_URL": self.server.url("chaos", user, PASSWORD),
-            "CHAOS_DIR": str(self.directory),
-            "DJANGO_SETTINGS_MODULE": SETTINGS,
-        }
-
-    def manage(self, *args: str, user: str = "chaos_pub") -> None:
-        result = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env={**os.environ, **self.env(user)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
+    def spawn(self, slot: str, generation: int) -> ConsumerProcess:
+        index = int(slot[1:])
+        concurrency = self.plan.concurrency[index % len(self.plan.concurrency)]
+        # The hung handler runs on the workers of --concurrency 1 only, where it stalls
+        # every partition of its worker unless the handler timeout frees it.
+        topics = ["--topic", EVENTS] if concurrency > 1 else []
+        return ConsumerProcess(
+            f"{slot}.{generation}",
+            "--concurrency",
+            str(concurrency),
+            *topics,
+            settings=SETTINGS,
+            verbosity="1",
+            env=self.env(user=f"chaos_{slot}"),
         )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"manage.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}"
-            )
-
-    def setup(self) -> None:
-        self.server.start()
-        self.server.create_database("chaos")
-        for user in ["chaos_pub", *(f"chaos_w{i}" for i in range(self.plan.workers))]:
-            self.server.create_user(user, PASSWORD)
-        self.manage("migrate", "--verbosity", "0")
-
-    def t(self, moment: float | None = None) -> float:
-        """Seconds since the run started."""
-        return (time.monotonic() if moment is None else moment) - self.t0
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -372,6 +258,7 @@ class ChaosRun:
         stopped or disconnected until a later attempt of the hung message started elsewhere
         or the message reached the dead-letter topic.
         """
+        self.ledger.refresh()
         hangs = sorted((r for r in self.ledger.records if r.kind == "hang"), key=lambda r: r.start)
         if not hangs or self.hung_dead_lettered():
             return set()
@@ -385,48 +272,6 @@ class ChaosRun:
             except Exception:  # noqa: BLE001 - the server may be down (the restart fault): not yet
                 return False
         return self._dlq_seen
-
-    def victim(self, min_age: float = 3.0, timeout: float = 20.0) -> tuple[str, ConsumerProcess] | None:
-        """A random live worker, up for ``min_age`` s, not protected; None if there is none for ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.ledger.refresh()
-            protected = self.protected_pids()
-            now = time.monotonic()
-            candidates = [
-                (slot, p)
-                for slot, p in self.supervisor.live()
-                if p.pid not in protected and now - self.supervisor.started_at[p.pid] >= min_age
-            ]
-            if candidates:
-                return self.rng.choice(candidates)
-            time.sleep(0.2)
-        return None
-
-    def kill9(self) -> None:
-        chosen = self.victim()
-        if chosen is None:
-            return
-        slot, process = chosen
-        at = time.monotonic()
-        os.kill(process.pid, signal.SIGKILL)
-        self.faults.append(Fault("kill -9", at, process.pid, slot))
-
-    def sigstop(self) -> None:
-        chosen = self.victim()
-        if chosen is None:
-            return
-        slot, process = chosen
-        at = time.monotonic()
-        os.kill(process.pid, signal.SIGSTOP)
-        time.sleep(self.plan.stop_seconds)
-        offset = len(process.log())
-        until = time.monotonic()  # before SIGCONT: whatever it handles next ends after this
-        os.kill(process.pid, signal.SIGCONT)
-        self.faults.append(
-            Fault("SIGSTOP", at, process.pid, slot, until=until, log_offset=offset,
-                  detail=f"stopped {self.plan.stop_seconds:.1f}s")
-        )  # fmt: skip
 
     def pause_in_handler(self) -> None:
         """SIGSTOP inside a handler of the batching group (the rest of its batch in hand), SIGCONT later."""
@@ -537,17 +382,11 @@ class ChaosRun:
 
     def cleanup(self, keep: bool = False) -> None:
         try:
-            self.supervisor.stop()
             if self.publisher is not None and self.publisher.poll() is None:
                 self.publisher.kill()
                 self.publisher.wait(10)
         finally:
-            self.supervisor.cleanup()
-            self.server.cleanup()
-            if not keep:
-                import shutil
-
-                shutil.rmtree(self.directory, ignore_errors=True)
+            super().cleanup(keep)
 
 
 # -- the accounting ---------------------------------------------------------------------------
