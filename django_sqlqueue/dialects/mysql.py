@@ -103,7 +103,13 @@ class MySQLDialect(Dialect):
         return isinstance(exc, IntegrityError) and bool(exc.args) and exc.args[0] == ER_DUP_ENTRY
 
     def insert_chunk(
-        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
+        self,
+        cursor: Any,
+        topic: str,
+        chunk: Sequence[MessageRow],
+        plan: InsertPlan,
+        skip_duplicates: bool,
+        notify: str | None = None,
     ) -> set[str]:
         """A plain INSERT; a duplicate id is found after the fact.
 
