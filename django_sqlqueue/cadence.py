@@ -34,7 +34,8 @@ FIRST_LOOK = 1 / 8
 
 
 class Cadence:
-    """Tells the poll loop how long to wait after each round of polls."""
+    """Tells the poll loop how long to wait after each round, and whether the next round is
+    a full poll or a look (the probe, ``Probe``)."""
 
     def __init__(
         self, poll_interval: float, poll_interval_max: float, *, clock: Callable[[], float] = time.monotonic
@@ -45,6 +46,8 @@ class Cadence:
         #: When a poll last found work; the start counts as such, so a worker that starts
         #: in a busy system finds its first work soon.
         self._last_work = clock()
+        #: Whether the last round found work (the next one is then a full poll).
+        self._chain = True
         #: Whether new messages announce themselves (a PostgreSQL listener is connected):
         #: then the short looks are not needed, see :attr:`first`.
         self.pushed = False
@@ -56,6 +59,18 @@ class Cadence:
         retries coming due and partitions changing hands, which no notification announces)."""
         return self.poll_interval if self.pushed else self.poll_interval * FIRST_LOOK
 
+    @property
+    def hot(self) -> bool:
+        """Whether work was found less than ``POLL_INTERVAL`` ago (and nothing announces new
+        messages): the looks are short, and the rounds that precede them take a probe."""
+        return not self.pushed and self._clock() - self._last_work < self.poll_interval
+
+    def full_poll_due(self, *, woken: bool) -> bool:
+        """Whether the next round polls every subscription (True) or only those whose topic
+        the probe saw change: a look, made while :attr:`hot` after a round that found
+        nothing. ``woken``: something cut the wait short (a notification, a finished batch)."""
+        return woken or self._chain or not self.hot
+
     def after_round(self, *, delivered: bool, more: bool) -> float:
         """Seconds to wait before the next round, given what this one did.
 
@@ -63,7 +78,8 @@ class Cadence:
         full or delayed messages were parked, so more is waiting now.
         """
         now = self._clock()
-        if delivered or more:
+        self._chain = delivered or more
+        if self._chain:
             self._last_work = now
             return 0.0
         # Doubling from the last work: waits of first, first, 2 x first, 4 x first, ... so

@@ -66,6 +66,7 @@ from .notifications import Listener
 from .notifications import supported as notifications_supported
 from .outage import OutageReporter, is_unreachable
 from .poller import Poller
+from .probe import Probe
 from .retry import Retrying
 from .scheduler import Scheduler
 from .schedules import Schedule
@@ -114,6 +115,7 @@ class Worker:
         self.store = QueueStore(using or self.conf.DATABASE)
         self.sequencer = Sequencer(self.store.using)
         self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
+        self.probe = Probe(self.store, [sub.topic for sub in self.subscriptions])
         self.stop_event = threading.Event()
         #: What the poll loop sleeps on between rounds: set by a stop, a batch finishing
         #: on a handler thread and a notification of new messages.
@@ -368,6 +370,7 @@ class Worker:
 
     def _loop(self) -> None:
         conf = self.conf
+        woken = True
         while not self.stop_event.is_set():
             self._supervise()
             if self.watchdog is not None:
@@ -378,10 +381,21 @@ class Worker:
             # arrives after its topic was polled) cuts the next wait short.
             if not self.stop_event.is_set():
                 self.wakeup.clear()
+            # A full poll of every subscription, or, right after work ran out, a look: the
+            # probe (one cheap statement) and a poll of only the topics it saw change. While
+            # work is recent, full rounds take a probe too, as the next look's baseline.
+            full_round = self.cadence.full_poll_due(woken=woken)
+            if self.cadence.hot:
+                changed = self.probe.changed()
+            else:
+                changed = None
+                self.probe.forget()
             full = delivered = False
             for sub in self.subscriptions:
                 if self.stop_event.is_set():
                     break
+                if not full_round and changed is not None and sub.topic not in changed:
+                    continue
                 try:
                     count, was_full = self.poll(sub)
                 except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
@@ -398,19 +412,18 @@ class Worker:
             if executor is not None and executor.free == 0:
                 # Every handler thread has a batch: poll again when one finishes (or a
                 # handler's timeout is due: the watchdog runs at the top of the loop).
-                self._pause(conf.POLL_INTERVAL_MAX)
+                woken = self._pause(conf.POLL_INTERVAL_MAX)
                 continue
             wait = self.cadence.after_round(delivered=delivered, more=full)
-            if wait > 0:
-                self._pause(wait)
+            woken = self._pause(wait) if wait > 0 else False
 
-    def _pause(self, seconds: float) -> None:
+    def _pause(self, seconds: float) -> bool:
         """Sleep between polls until ``seconds`` pass or :attr:`wakeup` is set (a stop, a
         batch finishing on a handler thread -- its partition may have more work, and it is
         fetchable again -- or a notification of new messages); with handler threads, watch
-        the running handlers' timeouts meanwhile."""
+        the running handlers' timeouts meanwhile. True if woken before the time was up."""
         if self.stop_event.is_set():
-            return
+            return True
         watchdog = self.watchdog
         end = time.monotonic() + seconds
         while (remaining := end - time.monotonic()) > 0:
@@ -418,9 +431,10 @@ class Worker:
             if self.wakeup.wait(remaining if due is None else min(remaining, due)):
                 if not self.stop_event.is_set():
                     self.wakeup.clear()
-                return
+                return True
             if watchdog is not None:
                 watchdog.check()
+        return False
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""

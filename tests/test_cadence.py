@@ -71,3 +71,35 @@ def test_while_notifications_announce_new_messages_the_short_looks_are_skipped()
     cadence.pushed = True
     cadence.after_round(delivered=True, more=False)
     assert looks(cadence, clock, 6) == [0.5, 0.5, 1.0, 2.0, 4.0, 5.0]
+
+
+def test_right_after_work_the_rounds_are_looks_until_an_interval_has_passed():
+    clock = Clock()
+    cadence = Cadence(0.1, 1.0, clock=clock)
+    cadence.after_round(delivered=True, more=False)
+    assert cadence.full_poll_due(woken=False)  # the round after work is a full poll
+    kinds = []
+    for _ in range(6):
+        clock.now += cadence.after_round(delivered=False, more=False)
+        kinds.append("full" if cadence.full_poll_due(woken=False) else "look")
+    # At 12.5, 25 and 50 ms: looks; from 100 ms on: full polls (the old schedule).
+    assert kinds == ["look", "look", "look", "full", "full", "full"]
+
+
+def test_a_wake_up_makes_the_next_round_a_full_poll():
+    clock = Clock()
+    cadence = Cadence(0.1, 1.0, clock=clock)
+    cadence.after_round(delivered=True, more=False)
+    clock.now += cadence.after_round(delivered=False, more=False)
+    assert not cadence.full_poll_due(woken=False)
+    assert cadence.full_poll_due(woken=True)
+
+
+def test_with_notifications_every_round_is_a_full_poll():
+    clock = Clock()
+    cadence = Cadence(0.1, 1.0, clock=clock)
+    cadence.pushed = True
+    cadence.after_round(delivered=True, more=False)
+    clock.now += cadence.after_round(delivered=False, more=False)
+    assert not cadence.hot
+    assert cadence.full_poll_due(woken=False)
