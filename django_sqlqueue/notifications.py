@@ -89,21 +89,26 @@ class Listener(ServiceThread):
         self.listening = threading.Event()
         #: Notifications received (a counter for tests and logs).
         self.received = 0
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
+        #: A pipe whose write end :meth:`stop` writes to, ending the listener's ``select``.
+        self._pipe: tuple[int, int] | None = os.pipe()
+        os.set_blocking(self._pipe[1], False)
+        self._pipe_lock = threading.Lock()
 
     def stop(self) -> None:
-        self.stop_event.set()
-        try:
-            os.write(self._wake_w, b"x")  # end the select at once
-        except OSError:
-            pass
-        super().stop()
-        for fd in (self._wake_r, self._wake_w):
+        with self._pipe_lock:
+            if self._pipe is None:  # stopped before: the descriptors may be another file's now
+                return
+            self.stop_event.set()
             try:
-                os.close(fd)
+                os.write(self._pipe[1], b"x")  # end the select at once
             except OSError:
                 pass
+        super().stop()
+        with self._pipe_lock:
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            for fd in pipe:
+                os.close(fd)
 
     def body(self) -> None:
         while not self.stop_event.is_set():
@@ -161,8 +166,11 @@ class Listener(ServiceThread):
         logger.info("listening for new messages channels=%s subscriber=%s", ",".join(self.channels), self.name)
         # Whatever was published while nobody listened: one poll finds it.
         self.wake()
+        pipe = self._pipe
+        if pipe is None:
+            return
         while not self.stop_event.is_set():
-            ready, _, _ = select.select([pgconn.socket, self._wake_r], [], [], SELECT_TIMEOUT)
+            ready, _, _ = select.select([pgconn.socket, pipe[0]], [], [], SELECT_TIMEOUT)
             if self.stop_event.is_set():
                 return
             if not ready:

@@ -28,6 +28,7 @@ class MySQLDialect(Dialect):
     # UTC_TIMESTAMP does not depend on the session time zone (Django stores UTC).
     now_sql = "UTC_TIMESTAMP(6)"
     begin_sql = "START TRANSACTION"
+    lean_transactions = True
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
     # MariaDB has no FOR SHARE; both understand the older spelling.
     for_share = "LOCK IN SHARE MODE"

@@ -291,7 +291,7 @@ class DeliveryStore(StoreBase):
         until_literal = until.replace("%s", str(int(until_params[0])))
         conflict = d.on_conflict_ignore(["consumer_group", "topic", "partition", "message_offset"], "acked")
         partitions = {m.partition for m in (*fresh, *redelivered, *parked)}
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, sorted(partitions))
             rows: list[str] = []
             params: list[Any] = []
