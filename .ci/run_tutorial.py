@@ -59,7 +59,7 @@ def main() -> int:
         print(f"--- background {name}: {command}", flush=True)
 
     def stop(name: str) -> None:
-        command, proc = background.pop(name)
+        _command, proc = background.pop(name)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
         try:
