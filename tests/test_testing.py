@@ -396,3 +396,17 @@ def test_assert_enqueued_and_drain_tasks() -> None:
 def test_drain_tasks_refuses_an_unknown_queue() -> None:
     with pytest.raises(TestingError, match="no queue 'nope'"):
         drain_tasks("nope")
+
+
+@pytest.mark.django_db
+def test_drain_refuses_a_group_another_live_worker_holds(register: Any) -> None:
+    from django_sqlqueue.conf import get_settings
+    from django_sqlqueue.store import QueueStore
+
+    register(lambda m: None, group="billing")
+    store = QueueStore("default")
+    store.register_topic(TOPIC, get_settings().partitions_for(TOPIC))
+    store.heartbeat("billing", TOPIC, "runconsumer-1")
+    store.acquire_leases("billing", TOPIC, [0], "runconsumer-1", 30)
+    with pytest.raises(TestingError, match=r"could lease only \d+ of its \d+ partitions.*runconsumer-1"):
+        drain(TOPIC)

@@ -25,8 +25,9 @@ locks), and another process (a ``runconsumer``) consuming the messages the test
 published.
 
 Messages published with a ``delay`` or ``deliver_at`` in the future are not due: they
-are left for later (``drain`` reports them as ``scheduled``). A handler that publishes
-drives the drain on: its messages are delivered in the same call.
+are left for later. A handler that publishes drives the drain on: its messages are
+delivered in the same call. A group paused by an operator is not drained; a group whose
+partitions a live ``runconsumer`` holds is refused (``TestingError``).
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def drain_consumers(
         if max_messages == 0:
             return summary
         worker.register_topics()
-        _lease_round(worker)
+        _lease_round(worker, first=True)
         idle = 0
         while idle < _IDLE_ROUNDS and not worker.stop_event.is_set():
             summary.rounds += 1
@@ -260,12 +261,31 @@ def drain_consumers(
     return summary
 
 
-def _lease_round(worker: Worker) -> None:
+def _lease_round(worker: Worker, *, first: bool = False) -> None:
     """The lease keeper's round for every consumer, on this thread: with no other live
-    subscriber of the group, every partition. Errors propagate (a test wants them)."""
+    subscriber of the group, every partition. Errors propagate (a test wants them).
+
+    ``first``: refuse to drain a group whose partitions another live subscriber holds (a
+    ``runconsumer`` on the same database): the drain could not empty the queue, and the two
+    would share its messages. A paused group holds nothing and is left alone.
+    """
     for sub in worker.subscriptions:
         worker.keeper.rebalance(sub)
         sub.ready.set()
+        if not first or sub.paused:
+            continue
+        total = worker.store.partition_count(sub.topic)
+        if len(sub.held) < total:
+            others = [
+                name
+                for name in worker.store.active_subscriber_names(sub.group, sub.topic, worker.conf.LEASE_DURATION)
+                if name != sub.name
+            ]
+            raise TestingError(
+                f"drain(): consumer {sub.spec.name} could lease only {len(sub.held)} of its {total} partitions: "
+                f"other live subscribers of the group hold the rest ({', '.join(others) or 'leases not expired yet'}). "
+                "Stop the runconsumer processes on this database (or let their leases expire) before draining."
+            )
 
 
 def process(

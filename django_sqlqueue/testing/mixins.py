@@ -35,9 +35,7 @@ class SQLQueueTestMixin:
         """Assert that ``topic`` got a matching message (see ``PublishedMessages.assert_published``)."""
         return self.published.assert_published(topic, key=key, payload=payload, count=count)
 
-    def assertNotPublished(
-        self, topic: str | None = None, *, key: Any = ANY, payload: PayloadMatcher = ANY
-    ) -> None:
+    def assertNotPublished(self, topic: str | None = None, *, key: Any = ANY, payload: PayloadMatcher = ANY) -> None:
         """Assert that no matching message was published."""
         self.published.assert_not_published(topic, key=key, payload=payload)
 
