@@ -21,8 +21,9 @@ the test. It works just as well with ``transactional_db`` / ``TransactionTestCas
 where everything commits. Two things need committed data and therefore
 ``transactional_db``: a handler that calls ``message.extend_visibility()`` of an
 *atomic* consumer (it writes on a connection of its own, which would wait for the test's
-locks), and another process (a ``runconsumer``) consuming the messages the test
-published.
+locks), an ``async def`` handler that uses the ORM (its queries run on asgiref's executor
+thread, another connection, which cannot see the test's uncommitted rows), and another
+process (a ``runconsumer``) consuming the messages the test published.
 
 Messages published with a ``delay`` or ``deliver_at`` in the future are not due: they
 are left for later. A handler that publishes drives the drain on: its messages are
