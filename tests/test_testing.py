@@ -410,3 +410,17 @@ def test_drain_refuses_a_group_another_live_worker_holds(register: Any) -> None:
     store.acquire_leases("billing", TOPIC, [0], "runconsumer-1", 30)
     with pytest.raises(TestingError, match=r"could lease only \d+ of its \d+ partitions.*runconsumer-1"):
         drain(TOPIC)
+
+
+@pytest.mark.django_db
+def test_drain_refuses_a_broken_transaction_and_bad_arguments(register: Any) -> None:
+    register(lambda m: None)
+    transaction.set_rollback(True)  # as after a query that failed inside the test's transaction
+    try:
+        with pytest.raises(TestingError, match="is broken"):
+            drain(TOPIC)
+    finally:
+        transaction.set_rollback(False)
+    with pytest.raises(TestingError, match="max_messages"):
+        drain(TOPIC, max_messages=-1)
+    assert drain(TOPIC, max_messages=0).handled == 0

@@ -196,8 +196,6 @@ def drain(
     Raise :class:`~django_sqlqueue.exceptions.TestingError` when no consumer matches or
     the connection is broken (a database error inside the test's transaction).
     """
-    if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 0):
-        raise TestingError(f"max_messages must be a non-negative integer or None, got {max_messages!r}.")
     return drain_consumers(select_consumers(topic, group), max_messages=max_messages, using=using, conf=conf)
 
 
