@@ -354,6 +354,11 @@ class MixinTests(SQLQueueTestMixin, TestCase):
         self.assertEqual(summary.handled, 1)
         self.assertEqual(self.handled, [{"n": 1}])
 
+    def test_on_commit_callbacks_run_by_django_are_not_counted_twice(self) -> None:
+        with self.captureOnCommitCallbacks(execute=True):
+            publish(TOPIC, {"n": 1})
+        self.assertPublished(TOPIC, count=1)
+
     def test_each_test_starts_with_an_empty_capture(self) -> None:
         self.assertEqual(len(self.published), 0)
         with self.assertRaisesMessage(AssertionError, "Nothing was published inside the capture."):

@@ -87,7 +87,10 @@ class PublishedMessages:
             return list(self._frozen)
         with self._lock:
             recorded = list(self._recorded)
-        return recorded + self._pending()
+        # A pending callback that was run already (``captureOnCommitCallbacks(execute=True)``
+        # runs them and leaves them in the list) was recorded: (topic, id) is unique.
+        seen = {(m.topic, m.id) for m in recorded}
+        return recorded + [m for m in self._pending() if (m.topic, m.id) not in seen]
 
     def __iter__(self) -> Iterator[CapturedMessage]:
         return iter(self.messages)
