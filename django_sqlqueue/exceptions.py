@@ -93,3 +93,10 @@ class FenceLost(SQLQueueError):
     The transaction is rolled back -- the handler's effects vanish with it -- and the
     message is left to the partition's current holder. See :mod:`django_sqlqueue.atomic`.
     """
+
+
+class TestingError(SQLQueueError):
+    """A helper of :mod:`django_sqlqueue.testing` was used where it cannot work (an assertion
+    without a capture, ``drain()`` on a database it cannot consume from, an unknown consumer)."""
+
+    __test__ = False  # not a test class, whatever pytest's name patterns say

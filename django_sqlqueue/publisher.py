@@ -142,7 +142,7 @@ def publish_message(
         )
         alias = _alias(using, conf)
         written = write_messages(topic, [prepared], using=alias, conf=conf, stacklevel=stacklevel)
-        published = _announce(written, alias)
+        published = _announce(written, alias, [prepared])
     except BaseException as exc:
         if span is not None:
             span.end(exc)
@@ -194,7 +194,7 @@ def publish_many(
         if not prepared:
             return []
         alias = _alias(using, conf)
-        published = _announce(write_messages(topic, prepared, using=alias, conf=conf), alias)
+        published = _announce(write_messages(topic, prepared, using=alias, conf=conf), alias, prepared)
     except BaseException as exc:
         if span is not None:
             span.end(exc)
@@ -241,18 +241,34 @@ def write_dead_letter(
     return write_messages(topic, [prepared], using=using, compare=False)[0]
 
 
-def _announce(published: list[PublishedMessage], using: str) -> list[PublishedMessage]:
-    """Send ``message_published`` for the messages stored, once their transaction commits."""
+def _announce(published: list[PublishedMessage], using: str, prepared: list[PreparedMessage]) -> list[PublishedMessage]:
+    """Send ``message_published`` for the messages stored, once their transaction commits.
+
+    Nothing is done (not even the JSON kept) when no receiver is connected. Each stored
+    message is announced once, even if a batch named its id twice.
+    """
     if signals.message_published.receivers:
-        created = [m for m in published if m.created]
+        documents = {m.id: (m.payload_json, m.metadata_json) for m in prepared}
+        created: dict[str, tuple[PublishedMessage, str, str]] = {}
+        for m in published:
+            if m.created and m.id not in created:
+                created[m.id] = (m, *documents[m.id])
         if created:
-            transaction.on_commit(partial(_send_published, created), using=using)
+            transaction.on_commit(partial(send_published, list(created.values())), using=using)
     return published
 
 
-def _send_published(messages: list[PublishedMessage]) -> None:
-    for message in messages:
-        signals.send(signals.message_published, message.topic, message=message)
+def send_published(messages: list[tuple[PublishedMessage, str, str]]) -> None:
+    """Send ``message_published`` for ``(message, payload JSON, metadata JSON)`` triples
+    (the on-commit callback of a publish; ``django_sqlqueue.testing`` reads its pending ones)."""
+    for message, payload_json, metadata_json in messages:
+        signals.send(
+            signals.message_published,
+            message.topic,
+            message=message,
+            payload=json.loads(payload_json),
+            metadata=json.loads(metadata_json),
+        )
 
 
 def _alias(using: str | None, conf: QueueSettings) -> str:

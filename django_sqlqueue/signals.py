@@ -18,7 +18,9 @@ Receivers should accept ``**kwargs``: arguments may be added.
 signal                      arguments (besides ``sender``)
 ==========================  ==========================================================
 ``message_published``       ``message``: the ``PublishedMessage`` (topic, key, partition,
-                            id). Sent when the publishing transaction **commits** (at
+                            id); ``payload``, ``metadata``: as a handler will get them
+                            (decoded from the stored JSON). Sent when the publishing
+                            transaction **commits** (at
                             once outside a transaction), once per message stored: never
                             for a rolled-back publish, nor for a re-publish of an id
                             that stored nothing. Dead-letter copies are not "published".

@@ -36,10 +36,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
-
 from .. import tracing
-from ..conf import get_settings
 from ..exceptions import Reject
 from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
@@ -148,7 +145,9 @@ class TaskHandler:
             tracing.set_current_attributes({tracing.TASK_NAME: task.module_path})
         # In an atomic consumer's transaction (atomic.py): the attempt was begun before it,
         # and a failure is recorded after its rollback (rolled_back), not here.
-        atomic = connections[get_settings().DATABASE].in_atomic_block
+        # Asked of the delivery, not of the connection: under a test's transaction
+        # (django_sqlqueue.testing.drain) every consumer runs inside an atomic block.
+        atomic = message._atomic
         begun = self._taken(message, keep=True) if atomic else None
         result_id = payload.get("result_id") or message.id
         if begun is False:

@@ -4,12 +4,19 @@
 together), and one through a view that rolls back; 3. start two ``runconsumer`` workers
 that share the partitions; 4. watch ``queue_status`` until the lag is zero, while the
 poison order of "mallory" is retried and dead-lettered; 5. stop the workers gracefully.
+
+``--serve`` then leaves the console running: a demo superuser (its password printed), two
+workers, ``runserver --insecure`` on 127.0.0.1 (``--insecure`` serves the admin's CSS and
+JavaScript although the test project runs with ``DEBUG=False``: fine for a demo on the
+loopback, never for production), and a trickle of orders so that the pages move, until
+Ctrl-C; then the workers drain and stop (one SIGTERM each), and so does the server.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +35,10 @@ from testproject.orders.views import TOPIC
 
 ROOT = Path(__file__).resolve().parents[4]
 CUSTOMERS = ["alice", "bob", "carol", "dave", "erin", "mallory"]
+#: The console: the admin page of django_sqlqueue (docs/console.md).
+CONSOLE_PATH = "/admin/django_sqlqueue/queueconsole/"
+#: The superuser ``--serve`` creates (with a fresh random password, printed).
+DEMO_USER = "demo"
 #: Fast clocks so the demo finishes in seconds (production defaults are slower).
 WORKER_ENV = {
     "SQLQUEUE_POLL_INTERVAL": "0.05",
@@ -45,6 +56,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--orders", type=int, default=30, help="orders to place (default 30)")
         parser.add_argument("--timeout", type=float, default=90, help="seconds to wait for the lag to reach zero")
+        parser.add_argument(
+            "--serve", action="store_true", help="then leave the console running on 127.0.0.1 until Ctrl-C"
+        )
+        parser.add_argument("--port", type=int, default=8000, help="port of the console with --serve (default 8000)")
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="seconds between orders with --serve (default 1)"
+        )
 
     def handle(self, *args, **options) -> None:
         self.section("1. migrate")
@@ -98,8 +116,85 @@ class Command(BaseCommand):
         self.stdout.write("")
         call_command("queue_status", stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("\ndemo finished"))
+        if options["serve"]:
+            self.serve(options["port"], options["interval"])
+            return
+        self.stdout.write(
+            f"\nSee it in the console (the admin): `bash .ci/demo --serve` (or `python manage.py demo --serve`) "
+            f"starts workers, a trickle of orders and a server on http://127.0.0.1:8000{CONSOLE_PATH}, "
+            "and prints a login. Docs: docs/console.md, docs/tutorial.md."
+        )
 
-    def start_worker(self, name: str):
+    def serve(self, port: int, interval: float) -> None:
+        """Leave the console running, with workers and a trickle of orders, until Ctrl-C."""
+        from django.contrib.auth import get_user_model
+
+        self.section("8. the console, live")
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        # Explicitly, and before the children start (they inherit an ignored signal): a shell
+        # starts background jobs with SIGINT ignored. SIGTERM stops as cleanly as Ctrl-C.
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
+        password = secrets.token_urlsafe(9)
+        User = get_user_model()
+        User.objects.filter(username=DEMO_USER).delete()
+        User.objects.create_superuser(DEMO_USER, "demo@example.com", password)
+        # Own sessions: a Ctrl-C in the terminal reaches this process only, which stops each
+        # child once (a second signal would make a worker exit without draining).
+        children = [self.start_worker(name, new_session=True) for name in ("worker-1", "worker-2")]
+        server_log = tempfile.NamedTemporaryFile(prefix="demo-runserver-", suffix=".log", delete=False)  # noqa: SIM115
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--insecure", "--noreload", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.stdout.write(f"  started runserver --insecure (pid {server.pid}), log: {server_log.name}")
+        self.stdout.write(self.style.SUCCESS(f"\n  console: http://127.0.0.1:{port}{CONSOLE_PATH}"))
+        self.stdout.write(self.style.SUCCESS(f"  login:   {DEMO_USER} / {password}"))
+        self.stdout.write("  placing an order every second (every fifth one is mallory's); Ctrl-C to stop\n")
+        self.stdout.flush()
+        client, placed = Client(), 0
+        try:
+            while True:
+                customer = "mallory" if placed % 5 == 4 else CUSTOMERS[placed % (len(CUSTOMERS) - 1)]
+                client.post("/orders/", {"customer": customer, "total": f"{5 + placed % 50}.00"})
+                placed += 1
+                if placed % 30 == 0:
+                    self.stdout.write(f"  {placed} orders placed")
+                    self.stdout.flush()
+                time.sleep(interval)
+                if server.poll() is not None:
+                    raise CommandError(f"runserver exited ({server.returncode}): {Path(server_log.name).read_text()}")
+        except KeyboardInterrupt:
+            self.stdout.write("\n  Ctrl-C: stopping")
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # one stop is enough: let the children drain
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for process, _log in children:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            if server.poll() is None:
+                server.send_signal(signal.SIGINT)
+            for process, log in children:
+                code = process.wait(30)
+                self.stdout.write(f"  worker pid {process.pid} exited with status {code}")
+                if code != 0:
+                    self.stdout.write(Path(log.name).read_text()[-2000:])
+            try:
+                code = server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                code = server.wait(10)
+            self.stdout.write(f"  runserver pid {server.pid} exited with status {code}")
+            self.stdout.flush()
+
+    def start_worker(self, name: str, *, new_session: bool = False):
         # Stays open while the worker writes to it; read back when the worker exits.
         log = tempfile.NamedTemporaryFile(prefix=f"demo-{name}-", suffix=".log", delete=False)  # noqa: SIM115
         process = subprocess.Popen(
@@ -108,6 +203,7 @@ class Command(BaseCommand):
             env={**os.environ, **WORKER_ENV},
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=new_session,
         )
         self.stdout.write(f"  started {name} (pid {process.pid}), log: {log.name}")
         return process, log
