@@ -30,8 +30,8 @@ if _conn_max_age:
 SQLQUEUE = {
     "POLL_INTERVAL": env.float("SQLQUEUE_POLL_INTERVAL", default=0.01),
     "POLL_INTERVAL_MAX": env.float("SQLQUEUE_POLL_INTERVAL_MAX", default=0.05),
-    "LEASE_DURATION": 10,
-    "LEASE_RENEW_INTERVAL": 1,
+    # bench/wakeup.py's idle phase: BENCH_DEFAULT_LEASES=1 keeps SQLQUEUE's defaults (30 s / 10 s).
+    **({} if env.bool("BENCH_DEFAULT_LEASES", default=False) else {"LEASE_DURATION": 10, "LEASE_RENEW_INTERVAL": 1}),
     "BATCH_SIZE": env.int("SQLQUEUE_BATCH_SIZE", default=100),
     # bench/wakeup.py: notifications on PostgreSQL (SQLQUEUE_NOTIFY=0: polling only).
     "NOTIFY": env.bool("SQLQUEUE_NOTIFY", default=True),
