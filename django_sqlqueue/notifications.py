@@ -37,7 +37,7 @@ from django.db import connections
 
 from .dialects import get_dialect
 from .notify_channels import channel_for
-from .outage import OutageReporter
+from .outage import OutageReporter, is_unreachable
 from .service import ServiceThread
 
 logger = logging.getLogger(__name__)
@@ -84,11 +84,13 @@ class Listener(ServiceThread):
         self.wake = wake
         self.on_connected = on_connected
         self.name = name
-        self.reconnect_interval = reconnect_interval
+        self.reconnect_interval = max(1.0, reconnect_interval)
         #: Set while the connection listens (for tests and the status of the worker).
         self.listening = threading.Event()
         #: Notifications received (a counter for tests and logs).
         self.received = 0
+        #: Whether the last attempt failed (the next failures are logged at DEBUG).
+        self._failing = False
         #: A pipe whose write end :meth:`stop` writes to, ending the listener's ``select``.
         self._pipe: tuple[int, int] | None = os.pipe()
         os.set_blocking(self._pipe[1], False)
@@ -115,28 +117,48 @@ class Listener(ServiceThread):
             raw = None
             try:
                 raw = self._connect()
-                self._listen(raw)
-            except Exception as exc:  # noqa: BLE001 - a lost listener only costs latency
+            except Exception as exc:  # noqa: BLE001 - a missing listener only costs latency
                 if self.stop_event.is_set():
                     break
-                logger.warning(
-                    "listener lost its connection (%s: %s); polling finds new messages meanwhile, "
-                    "reconnecting in %.0fs subscriber=%s",
-                    type(exc).__name__,
-                    str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                    self.reconnect_interval,
-                    self.name,
-                )
-            finally:
-                if self.listening.is_set():
-                    self.listening.clear()
-                    self.on_connected(False)
-                if raw is not None:
+                # An unreachable server (or one refusing more connections) is the worker's
+                # outage, reported in a few lines for all its threads; anything else once.
+                if is_unreachable(exc):
+                    self.outage.unreachable(exc)
+                else:
+                    self._report(exc, "listener cannot connect")
+            else:
+                self.outage.reachable()
+                self._failing = False
+                try:
+                    self._listen(raw)
+                except Exception as exc:  # noqa: BLE001 - the poll loop finds what it misses
+                    if not self.stop_event.is_set():
+                        self._report(exc, "listener lost its connection")
+                finally:
+                    if self.listening.is_set():
+                        self.listening.clear()
+                        self.on_connected(False)
                     try:
                         raw.close()
                     except Exception:
                         logger.debug("closing the listener's connection failed", exc_info=True)
             self.stop_event.wait(self.reconnect_interval)
+
+    def _report(self, exc: BaseException, what: str) -> None:
+        """One WARNING per run of failures (the next ones at DEBUG), so that a listener that
+        cannot get a connection for an hour does not log one line per attempt."""
+        level = logging.DEBUG if self._failing else logging.WARNING
+        self._failing = True
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        logger.log(
+            level,
+            "%s (%s: %s); polling finds new messages meanwhile, retrying every %.0fs subscriber=%s",
+            what,
+            type(exc).__name__,
+            text,
+            self.reconnect_interval,
+            self.name,
+        )
 
     def _connect(self) -> Any:
         """A psycopg connection of its own, with the alias's connection parameters: not the
