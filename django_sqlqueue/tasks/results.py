@@ -183,9 +183,8 @@ def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException 
 
     Only over its own attempt: False (nothing written) when the row moved on meanwhile --
     the attempt timed out (:func:`time_out`) or a later delivery began. A lazy attempt's
-    row that was never written is inserted in its final state; False if a row with its id
-    appeared meanwhile (an id enqueued again after its message was garbage-collected: the
-    row there is kept).
+    row that was never written is inserted in its final state (or merged into a row with
+    its id that appeared meanwhile: :func:`_merge`).
     """
     using = get_settings().DATABASE
     now = timezone.now()
@@ -204,12 +203,31 @@ def finish(record: TaskResultRecord, *, value: Any = None, error: BaseException 
         record.finished_at = now if final else None
         update |= {"status": record.status, "errors": record.errors, "finished_at": record.finished_at}
     if not is_written(record):
-        if insert(record):
-            return True
-        logger.warning("a task's result row exists already; this attempt's outcome is not recorded id=%s", record.id)
-        return False
+        return insert(record) or _merge(record)
     own_attempt = {"status": TaskResultStatus.RUNNING, "last_attempted_at": record.last_attempted_at}
     return TaskResultRecord.objects.using(using).filter(id=record.id, **own_attempt).update(**update) == 1
+
+
+def _merge(record: TaskResultRecord) -> bool:
+    """A lazy attempt's final row could not be inserted: a row with its id exists. Add the
+    attempt to it (worker id, error, outcome) under its lock; False, keeping the row as it
+    is, when that row is finished already (an id enqueued again after its message was
+    garbage-collected: the earlier task's result stands).
+    """
+    using = get_settings().DATABASE
+    with transaction.atomic(using=using):
+        found = TaskResultRecord.objects.using(using).select_for_update().filter(id=record.id).first()
+        if found is None:  # deleted meanwhile (pruned): the attempt's row alone
+            record.save(using=using, force_insert=True)
+            return True
+        if found.status in FINISHED:
+            logger.warning("a task's result row is finished already; this attempt is not recorded id=%s", record.id)
+            return False
+        record.worker_ids = [*found.worker_ids, *record.worker_ids]
+        record.errors = [*found.errors, *record.errors]
+        record.started_at = found.started_at
+        record.save(using=using, force_update=True)
+    return True
 
 
 def time_out(result_id: str, *, error: BaseException, final: bool) -> TaskResultRecord | None:
