@@ -21,8 +21,9 @@ attempt's real start either way. A worker killed within that window leaves no ro
 next attempt's row counts the lost attempt in ``worker_ids`` (``results.UNRECORDED_WORKER``).
 
 **Connections.** The thread opens its own connection to the queue's database on its
-first write (only a process that runs a task longer than the threshold ever does), and
-keeps it like the worker's other threads (``dbconn.tidy_connections``).
+first write (only a process that runs a task longer than the threshold ever does), keeps
+it while tasks keep needing their mark, and closes it after :data:`IDLE_CLOSE` seconds
+with none.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a task's first attempt runs before its row is written RUNNING (by default).
 DEFAULT_MARK_RUNNING_AFTER = 0.1
+#: Seconds without a mark to write after which the thread closes its connection.
+IDLE_CLOSE = 5.0
 
 
 @dataclass(eq=False)
@@ -66,6 +69,8 @@ class RunningMarks:
         #: Result id -> its mark, for the watchdog (``write_now``).
         self._by_id: dict[str, Mark] = {}
         self._thread: threading.Thread | None = None
+        #: The thread has written since it last closed its connections.
+        self._connected = False
 
     def start(self, record: TaskResultRecord, after: float) -> Mark:
         """A task starts with its row unwritten: write it RUNNING after ``after`` seconds."""
@@ -124,6 +129,7 @@ class RunningMarks:
         finally:
             tidy_connections()
             with self._cond:
+                self._connected = True
                 mark.writing = False
                 self._cond.notify_all()
 
@@ -144,7 +150,11 @@ class RunningMarks:
                 ):
                     self._queue.popleft()
                 if not self._queue:
-                    self._cond.wait()
+                    if self._connected and not self._cond.wait(IDLE_CLOSE) and not self._queue:
+                        close_all_quietly()  # idle: a worker of short tasks needs no connection here
+                        self._connected = False
+                    elif not self._connected:
+                        self._cond.wait()
                     continue
                 delay = self._queue[0].due - time.monotonic()
                 if delay > 0:
