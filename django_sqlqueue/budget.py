@@ -16,6 +16,9 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
   the handler returns: up to N more, after which the worker exits;
 - **1 for the scheduler** thread, when the worker fires schedules (``SQLQUEUE["SCHEDULES"]``
   is not empty and ``--no-schedules`` is not given);
+- **1 for the tasks backend's running marks** (``tasks/marks.py``), only in a process that
+  runs a ``django.tasks`` task longer than ``OPTIONS["MARK_RUNNING_AFTER"]``: it writes such
+  tasks' result rows RUNNING while they run, and closes its connection when idle;
 - **1 for asgiref's thread-sensitive thread**, when a handler is ``async def``: the async
   ORM and ``aextend_visibility`` run there, one thread per process shared by every
   handler thread.
