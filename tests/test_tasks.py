@@ -580,7 +580,7 @@ def test_mark_running_after_0_writes_running_as_the_task_starts() -> None:
 def test_a_lazy_row_is_written_running_past_the_threshold_and_then_finished() -> None:
     import threading
 
-    result = tasks.sleepy.enqueue("lazyrow", 0.8)
+    result = tasks.sleepy.enqueue("lazyrow", 1.5)
     delivery = _first_delivery(result)
     runner = threading.Thread(target=_result_statements, args=(delivery,))
     runner.start()
@@ -588,7 +588,7 @@ def test_a_lazy_row_is_written_running_past_the_threshold_and_then_finished() ->
         wait_until(lambda: Run.objects.filter(label="lazyrow:start").exists(), 10, "the task to start", 0.01)
         running = wait_until(
             lambda: (r := tasks.sleepy.get_result(result.id)).status == TaskResultStatus.RUNNING and r,
-            0.6,
+            1.2,  # (0.1 s, and slack for a loaded machine)
             "the result to say RUNNING",
             0.01,
         )
