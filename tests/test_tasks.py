@@ -46,8 +46,12 @@ AFTER_RETRY = {TaskResultStatus.READY, TaskResultStatus.RUNNING, TaskResultStatu
 
 @pytest.fixture(autouse=True)
 def _tasks_configured() -> Iterator[None]:
+    from django_sqlqueue.tasks.marks import marks
+
     with task_settings():
         yield
+    # The running-marks thread's connection: closed before the test database is dropped.
+    assert marks.close_connections()
 
 
 @pytest.fixture

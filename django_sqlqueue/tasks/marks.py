@@ -71,6 +71,10 @@ class RunningMarks:
         self._thread: threading.Thread | None = None
         #: The thread has written since it last closed its connections.
         self._connected = False
+        #: ``close_connections()`` waits for the thread to close them.
+        self._close_requested = False
+        #: When the last write ended.
+        self._idle_since = 0.0
 
     def start(self, record: TaskResultRecord, after: float) -> Mark:
         """A task starts with its row unwritten: write it RUNNING after ``after`` seconds."""
@@ -112,6 +116,16 @@ class RunningMarks:
             mark.writing = True
         self._write(mark)
 
+    def close_connections(self, timeout: float = 5.0) -> bool:
+        """Have the thread close its connections now if it has no mark to write (a test
+        that drops its database); True once closed or if it had none."""
+        with self._cond:
+            if not self._connected or self._thread is None or not self._thread.is_alive():
+                return True
+            self._close_requested = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: not self._close_requested, timeout)
+
     def pending(self) -> int:
         """Attempts of this process whose row is not written yet."""
         with self._cond:
@@ -130,6 +144,7 @@ class RunningMarks:
             tidy_connections()
             with self._cond:
                 self._connected = True
+                self._idle_since = time.monotonic()
                 mark.writing = False
                 self._cond.notify_all()
 
@@ -150,11 +165,17 @@ class RunningMarks:
                 ):
                     self._queue.popleft()
                 if not self._queue:
-                    if self._connected and not self._cond.wait(IDLE_CLOSE) and not self._queue:
+                    if self._connected:
+                        idle_for = time.monotonic() - self._idle_since
+                        if not self._close_requested and idle_for < IDLE_CLOSE:
+                            self._cond.wait(IDLE_CLOSE - idle_for)
+                            continue
                         close_all_quietly()  # idle: a worker of short tasks needs no connection here
                         self._connected = False
-                    elif not self._connected:
-                        self._cond.wait()
+                    if self._close_requested:
+                        self._close_requested = False
+                        self._cond.notify_all()
+                    self._cond.wait()
                     continue
                 delay = self._queue[0].due - time.monotonic()
                 if delay > 0:
