@@ -586,7 +586,16 @@ def test_a_lazy_row_is_written_running_past_the_threshold_and_then_finished() ->
 
     result = tasks.sleepy.enqueue("lazyrow", 1.5)
     delivery = _first_delivery(result)
-    runner = threading.Thread(target=_result_statements, args=(delivery,))
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            _result_statements(delivery)
+        finally:
+            connections.close_all()  # this thread's, before the test database is dropped
+
+    runner = threading.Thread(target=run)
     runner.start()
     try:
         wait_until(lambda: Run.objects.filter(label="lazyrow:start").exists(), 10, "the task to start", 0.01)
@@ -631,3 +640,32 @@ def test_a_timeout_before_the_running_mark_is_recorded_over_a_running_row() -> N
     assert results.finish(record, value=2, final=True) is False
     row = Row.objects.get(id=result.id)
     assert row.status == TaskResultStatus.READY and len(row.errors) == 1 and row.return_value is None
+
+
+def test_marks_are_written_in_due_order_whatever_their_thresholds() -> None:
+    from django_sqlqueue.tasks import results
+    from django_sqlqueue.tasks.marks import RunningMarks
+
+    def unsaved(result: Any) -> Any:
+        message = Message.objects.get(id=result.id)
+        return results.begin(
+            backend_alias="default",
+            result_id=result.id,
+            payload=message.payload,
+            topic=message.topic,
+            key="",
+            enqueued_at=message.created_at,
+            worker_id="here:1",
+            first_attempt=True,
+            lazy=True,
+        )
+
+    own = RunningMarks()
+    slow, quick = unsaved(tasks.add.enqueue(1, 1)), unsaved(tasks.add.enqueue(2, 2))
+    slow_mark = own.start(slow, 3600)  # first in, due last (another backend's threshold)
+    quick_mark = own.start(quick, 0.05)
+    wait_until(lambda: results.is_written(quick), 5, "the quick mark to be written", 0.01)
+    assert tasks.add.get_result(quick.id).status == TaskResultStatus.RUNNING
+    assert not results.is_written(slow) and own.pending() == 1
+    assert own.settle(quick_mark) is True and own.settle(slow_mark) is False
+    assert own.close_connections()

@@ -28,10 +28,11 @@ with none.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from ..dbconn import close_all_quietly, tidy_connections
@@ -64,8 +65,9 @@ class RunningMarks:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        #: By due time: every mark gets the same delay from its start, so FIFO order is due order.
-        self._queue: deque[Mark] = deque()
+        #: A heap by due time (backends may have different thresholds): (due, serial, mark).
+        self._queue: list[tuple[float, int, Mark]] = []
+        self._serial = itertools.count()
         #: Result id -> its mark, for the watchdog (``write_now``).
         self._by_id: dict[str, Mark] = {}
         self._thread: threading.Thread | None = None
@@ -81,13 +83,13 @@ class RunningMarks:
         mark = Mark(record, time.monotonic() + after)
         with self._cond:
             self._by_id[record.id] = mark
-            self._queue.append(mark)
+            heapq.heappush(self._queue, (mark.due, next(self._serial), mark))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="sqlqueue-task-marks", daemon=True)
                 self._thread.start()
-            elif len(self._queue) == 1:
-                # The thread sleeps without a deadline when it has nothing: wake it. When
-                # it has marks, it sleeps until the first one's due, which is earlier.
+            elif self._queue[0][2] is mark:
+                # Due before any other (or the only one): the thread sleeps until the
+                # previous first one's due, or without a deadline -- wake it.
                 self._cond.notify()
         return mark
 
@@ -159,11 +161,8 @@ class RunningMarks:
         """Wait for the first unsettled mark to be due; return it flagged ``writing``."""
         with self._cond:
             while True:
-                # Settled, written or being written (``write_now``): not this thread's.
-                while self._queue and (
-                    self._queue[0].settled or self._queue[0].writing or results.is_written(self._queue[0].record)
-                ):
-                    self._queue.popleft()
+                while self._queue and _not_for_the_thread(self._queue[0][2]):
+                    heapq.heappop(self._queue)
                 if not self._queue:
                     if self._connected:
                         idle_for = time.monotonic() - self._idle_since
@@ -177,13 +176,18 @@ class RunningMarks:
                         self._cond.notify_all()
                     self._cond.wait()
                     continue
-                delay = self._queue[0].due - time.monotonic()
+                delay = self._queue[0][0] - time.monotonic()
                 if delay > 0:
                     self._cond.wait(delay)
                     continue
-                mark = self._queue.popleft()
+                mark = heapq.heappop(self._queue)[2]
                 mark.writing = True
                 return mark
+
+
+def _not_for_the_thread(mark: Mark) -> bool:
+    """Settled, written, or being written (``write_now``): the thread drops it."""
+    return mark.settled or mark.writing or results.is_written(mark.record)
 
 
 #: The process's marks (one thread, started on first use).
