@@ -309,6 +309,9 @@ def test_non_module_level_function_is_refused() -> None:
         ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
         ({"TOPIC_PREFIX": "bad prefix "}, "TOPIC_PREFIX"),
         ({"STRICT": True, "BATCH_SIZE": 5}, "STRICT"),
+        ({"MARK_RUNNING_AFTER": -1}, "MARK_RUNNING_AFTER"),
+        ({"MARK_RUNNING_AFTER": "0.1"}, "MARK_RUNNING_AFTER"),
+        ({"MARK_RUNNING_AFTER": float("inf")}, "MARK_RUNNING_AFTER"),
     ],
 )
 def test_bad_options_raise_configuration_error(options: dict[str, Any], match: str) -> None:
