@@ -18,6 +18,9 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
   is not empty and ``--no-schedules`` is not given);
 - **1 for the notification listener** on PostgreSQL (``SQLQUEUE["NOTIFY"]``, the default):
   a connection that LISTENs for new messages of the worker's topics (``notifications.py``);
+- **1 for the tasks backend's running marks** (``tasks/marks.py``), only in a process that
+  runs a ``django.tasks`` task longer than ``OPTIONS["MARK_RUNNING_AFTER"]``: it writes such
+  tasks' result rows RUNNING while they run, and closes its connection when idle;
 - **1 for asgiref's thread-sensitive thread**, when a handler is ``async def``: the async
   ORM and ``aextend_visibility`` run there, one thread per process shared by every
   handler thread.

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue.exceptions import ConfigurationError, InvalidMessage
@@ -31,6 +32,10 @@ from django_sqlqueue.tasks.compat import (
 from tests.task_helpers import running_worker, task_settings, wait_until
 from tests.taskapp import tasks
 from tests.taskapp.models import Run
+from tests.taskapp.settings_common import TASKS
+
+TASKS_DEFAULT = TASKS["default"]
+TASKS_OPTIONS = TASKS_DEFAULT["OPTIONS"]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,8 +46,12 @@ AFTER_RETRY = {TaskResultStatus.READY, TaskResultStatus.RUNNING, TaskResultStatu
 
 @pytest.fixture(autouse=True)
 def _tasks_configured() -> Iterator[None]:
+    from django_sqlqueue.tasks.marks import marks
+
     with task_settings():
         yield
+    # The running-marks thread's connection: closed before the test database is dropped.
+    assert marks.close_connections()
 
 
 @pytest.fixture
@@ -300,6 +309,9 @@ def test_non_module_level_function_is_refused() -> None:
         ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
         ({"TOPIC_PREFIX": "bad prefix "}, "TOPIC_PREFIX"),
         ({"STRICT": True, "BATCH_SIZE": 5}, "STRICT"),
+        ({"MARK_RUNNING_AFTER": -1}, "MARK_RUNNING_AFTER"),
+        ({"MARK_RUNNING_AFTER": "0.1"}, "MARK_RUNNING_AFTER"),
+        ({"MARK_RUNNING_AFTER": float("inf")}, "MARK_RUNNING_AFTER"),
     ],
 )
 def test_bad_options_raise_configuration_error(options: dict[str, Any], match: str) -> None:
@@ -496,3 +508,167 @@ print(sorted(m for m in sys.modules if m == "django_tasks" or m.startswith(("dja
     hooks, imported = out.stdout.strip().splitlines()
     assert hooks == ("['replay_task']" if registered else "[]")
     assert imported == "[]"
+
+
+# -- bookkeeping cost (issue 17) -------------------------------------------------------------
+
+
+def _first_delivery(result: Any) -> Any:
+    """The first delivery of an enqueued task, as a worker hands it to the task handler."""
+    from django_sqlqueue.consumers import ReceivedMessage
+
+    message = Message.objects.get(id=result.id)
+    return ReceivedMessage(
+        topic=message.topic,
+        key=message.key,
+        partition=message.partition,
+        offset=message.offset,
+        id=message.id,
+        payload=message.payload,
+        metadata=message.metadata,
+        attempt=1,
+        created_at=message.created_at,
+        deliver_at=message.deliver_at,
+        group="tasks",
+    )
+
+
+def _result_statements(delivery: Any) -> list[str]:
+    """Run the task handler on ``delivery`` here; the statements it sent to the results table."""
+    from django.db import connection
+
+    from django_sqlqueue.tasks.execution import TaskHandler
+
+    statements: list[str] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        TaskHandler("default", 3)(delivery)
+    return [s for s in statements if "queue_task_results" in s]
+
+
+def test_a_short_task_writes_its_result_in_one_statement() -> None:
+    result = tasks.add.enqueue(2, 3)
+    statements = _result_statements(_first_delivery(result))
+    assert len(statements) == 1 and statements[0].lstrip().upper().startswith("INSERT"), statements
+    done = tasks.add.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == 5
+    assert done.attempts == 1 and done.enqueued_at <= done.started_at <= done.finished_at
+
+
+def test_a_failed_short_first_attempt_is_one_insert_and_a_later_one_adds_to_it() -> None:
+    # By hand first (so the worker's own delivery is a first attempt too, and finds the row:
+    # the lazy insert is merged into it rather than lost).
+    result = tasks.flaky.enqueue("lazyflaky", 1)
+    delivery = _first_delivery(result)
+    with pytest.raises(ValueError, match="planned failure"):
+        _result_statements(delivery)
+    ready = tasks.flaky.get_result(result.id)
+    assert ready.status == TaskResultStatus.READY and ready.attempts == 1 and len(ready.errors) == 1
+    assert ready.started_at is not None and ready.finished_at is None
+    with running_worker():
+        done = finished(result)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.attempts == 2 and len(done.errors) == 1
+    assert done.started_at == ready.started_at and done.return_value == "ok"
+
+
+def test_mark_running_after_0_writes_running_as_the_task_starts() -> None:
+    options = {**TASKS_OPTIONS, "MARK_RUNNING_AFTER": 0}
+    with task_settings(), override_settings(TASKS={"default": {**TASKS_DEFAULT, "OPTIONS": options}}):
+        result = tasks.add.enqueue(2, 3)
+        statements = _result_statements(_first_delivery(result))
+        assert [s.lstrip().split()[0].upper() for s in statements] == ["INSERT", "UPDATE"]
+        assert tasks.add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_lazy_row_is_written_running_past_the_threshold_and_then_finished() -> None:
+    import threading
+
+    result = tasks.sleepy.enqueue("lazyrow", 1.5)
+    delivery = _first_delivery(result)
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            _result_statements(delivery)
+        finally:
+            connections.close_all()  # this thread's, before the test database is dropped
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        wait_until(lambda: Run.objects.filter(label="lazyrow:start").exists(), 10, "the task to start", 0.01)
+        running = wait_until(
+            lambda: (r := tasks.sleepy.get_result(result.id)).status == TaskResultStatus.RUNNING and r,
+            1.2,  # (0.1 s, and slack for a loaded machine)
+            "the result to say RUNNING",
+            0.01,
+        )
+        assert running.started_at is not None and running.attempts == 1
+    finally:
+        runner.join(10)
+    done = tasks.sleepy.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.started_at == running.started_at
+
+
+def test_a_timeout_before_the_running_mark_is_recorded_over_a_running_row() -> None:
+    from django_sqlqueue.exceptions import HandlerTimeout
+    from django_sqlqueue.task_models import TaskResultRecord as Row
+    from django_sqlqueue.tasks import results
+    from django_sqlqueue.tasks.marks import marks
+
+    result = tasks.add.enqueue(1, 1)
+    record = results.begin(
+        backend_alias="default",
+        result_id=result.id,
+        payload=Message.objects.get(id=result.id).payload,
+        topic="tasks.default",
+        key="",
+        enqueued_at=timezone.now(),
+        worker_id="here:1",
+        first_attempt=True,
+        lazy=True,
+    )
+    assert record is not None and not results.is_written(record)
+    mark = marks.start(record, 3600)
+    # The watchdog gives the attempt up before the mark is due: the row is written, then timed out.
+    marks.write_now(result.id)
+    assert results.time_out(result.id, error=HandlerTimeout("too slow"), final=False) is not None
+    # The task returns after all: its outcome is not recorded over the timeout.
+    assert marks.settle(mark) is True
+    assert results.finish(record, value=2, final=True) is False
+    row = Row.objects.get(id=result.id)
+    assert row.status == TaskResultStatus.READY and len(row.errors) == 1 and row.return_value is None
+
+
+def test_marks_are_written_in_due_order_whatever_their_thresholds() -> None:
+    from django_sqlqueue.tasks import results
+    from django_sqlqueue.tasks.marks import RunningMarks
+
+    def unsaved(result: Any) -> Any:
+        message = Message.objects.get(id=result.id)
+        return results.begin(
+            backend_alias="default",
+            result_id=result.id,
+            payload=message.payload,
+            topic=message.topic,
+            key="",
+            enqueued_at=message.created_at,
+            worker_id="here:1",
+            first_attempt=True,
+            lazy=True,
+        )
+
+    own = RunningMarks()
+    slow, quick = unsaved(tasks.add.enqueue(1, 1)), unsaved(tasks.add.enqueue(2, 2))
+    slow_mark = own.start(slow, 3600)  # first in, due last (another backend's threshold)
+    quick_mark = own.start(quick, 0.05)
+    wait_until(lambda: results.is_written(quick), 5, "the quick mark to be written", 0.01)
+    assert tasks.add.get_result(quick.id).status == TaskResultStatus.RUNNING
+    assert not results.is_written(slow) and own.pending() == 1
+    assert own.settle(quick_mark) is True and own.settle(slow_mark) is False
+    assert own.close_connections()

@@ -1,6 +1,10 @@
 """Task backend, schedules and --concurrency with real runconsumer processes (slow).
 
 - kill -9 of a worker in the middle of a task: another worker runs it again;
+- lazy RUNNING (``MARK_RUNNING_AFTER``): ``get_result()`` says RUNNING while a task runs;
+  a worker killed after the task's result was written and before its ack loses nothing
+  (the result is SUCCESSFUL at once, the redelivery does not run it again); one killed
+  before the RUNNING row was written leaves the attempt counted on the next one;
 - a schedule firing every second, with 3 workers: each tick fires once, none is missed;
 - ``--concurrency 8`` with a 50 ms I/O-bound handler handles >= 6x the messages/s of
   ``--concurrency 1``, and every partition's messages are handled in offset order.
@@ -61,6 +65,77 @@ def test_kill_9_mid_task_runs_it_again_on_another_worker(runconsumer: Callable[.
     starts = list(Run.objects.filter(label="nap:start").values_list("pid", flat=True))
     assert starts == [first.pid, second.pid]
     assert list(Run.objects.filter(label="nap").values_list("pid", flat=True)) == [second.pid]
+    assert second.terminate() == 0
+
+
+def test_get_result_says_running_while_a_task_runs_with_the_lazy_write(
+    runconsumer: Callable[..., ConsumerProcess],
+) -> None:
+    worker = runconsumer("tsk-lazy", "--group", "tasks")
+    result = tasks.sleepy.enqueue("lazy", 3.0)
+    wait_until(lambda: Run.objects.filter(label="lazy:start").exists(), 20, "the task to start", 0.02)
+    started = time.monotonic()
+    # The default MARK_RUNNING_AFTER (0.1 s) after the start, the row says RUNNING.
+    running = wait_until(
+        lambda: (r := tasks.sleepy.get_result(result.id)).status == TaskResultStatus.RUNNING and r,
+        2.0,  # (0.1 s, and slack for a loaded machine)
+        "the result to say RUNNING",
+        0.02,
+    )
+    assert time.monotonic() - started < 2.5
+    assert not Run.objects.filter(label="lazy").exists()  # still running
+    assert running.started_at is not None and running.finished_at is None
+    assert running.attempts == 1 and running.worker_ids[0].endswith(f":{worker.pid}")
+
+    def done() -> Any:
+        fresh = tasks.sleepy.get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    finished = wait_until(done, 20, "the task to finish")
+    assert finished.status == TaskResultStatus.SUCCESSFUL and finished.return_value == "slept"
+    assert finished.started_at == running.started_at and finished.attempts == 1
+    assert worker.terminate() == 0
+
+
+def test_kill_9_after_the_result_is_written_loses_nothing(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    # The worker dies after the short task wrote its (lazy, single) result row, before the ack.
+    env = {"TSK_VISIBILITY_TIMEOUT": "2", "TSK_LINGER_AFTER_FINISH": "30"}
+    first = runconsumer("tsk-k1", "--group", "tasks", env=env)
+    result = tasks.add.enqueue(2, 3)
+    wait_until(lambda: Run.objects.filter(label="finished-signal").exists(), 20, "the task to finish", 0.02)
+    first.kill9()
+    fresh = tasks.add.get_result(result.id)
+    assert fresh.status == TaskResultStatus.SUCCESSFUL and fresh.return_value == 5
+    assert fresh.attempts == 1 and fresh.worker_ids[0].endswith(f":{first.pid}")
+    # Redelivered after the visibility timeout: found finished, acked, not run again.
+    second = runconsumer("tsk-k2", "--group", "tasks", env={"TSK_VISIBILITY_TIMEOUT": "2"})
+    wait_until(lambda: "not run again" in second.log(), 30, "the redelivery to be acked")
+    assert Run.objects.filter(label="add").count() == 1
+    again = tasks.add.get_result(result.id)
+    assert again.status == TaskResultStatus.SUCCESSFUL and again.attempts == 1
+    assert second.terminate() == 0
+
+
+def test_kill_9_before_the_running_row_counts_the_lost_attempt(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    env = {"TSK_VISIBILITY_TIMEOUT": "2", "TSK_MARK_RUNNING_AFTER": "60"}
+    first = runconsumer("tsk-e1", "--group", "tasks", env=env)
+    result = tasks.sleepy.enqueue("early", 1.5)
+    wait_until(lambda: Run.objects.filter(label="early:start").exists(), 20, "the task to start", 0.05)
+    first.kill9()
+    # No row yet: the message says READY (its delivery times out, then it runs again).
+    assert not TaskResultRecord.objects.filter(id=result.id).exists()
+    assert tasks.sleepy.get_result(result.id).status == TaskResultStatus.READY
+    second = runconsumer("tsk-e2", "--group", "tasks", env=env)
+
+    def done() -> Any:
+        fresh = tasks.sleepy.get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    finished = wait_until(done, 30, "the task to be run again")
+    assert finished.status == TaskResultStatus.SUCCESSFUL, second.log()
+    assert finished.attempts == 2
+    assert finished.worker_ids[0] == "unrecorded" and finished.worker_ids[1].endswith(f":{second.pid}")
+    assert list(Run.objects.filter(label="early:start").values_list("pid", flat=True)) == [first.pid, second.pid]
     assert second.terminate() == 0
 
 

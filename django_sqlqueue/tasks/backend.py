@@ -41,6 +41,7 @@ from .compat import (
 )
 from .keys import current_key
 from .lookup import load_result
+from .marks import DEFAULT_MARK_RUNNING_AFTER
 from .replay import replay_task
 from .timeouts import parse_timeout
 
@@ -56,6 +57,7 @@ OPTION_KEYS = frozenset(
         "BATCH_SIZE",
         "STRICT",
         "RESULT_RETENTION",
+        "MARK_RUNNING_AFTER",
     }
 )
 #: Days finished results are kept by ``manage.py queue_prune_task_results`` by default.
@@ -76,6 +78,9 @@ class BackendOptions:
     #: ``OPTIONS["ATOMIC"]``: True, False, "batch", or a dict of those by queue name: a
     #: task's effects and its result row commit with its ack (``atomic.py``).
     atomic: Any = False
+    #: ``OPTIONS["MARK_RUNNING_AFTER"]``: seconds a first attempt runs before its result row
+    #: is written RUNNING (``tasks/marks.py``); 0: written as the task starts.
+    mark_running_after: float = DEFAULT_MARK_RUNNING_AFTER
 
     def atomic_for_queue(self, queue_name: str) -> bool | str:
         """The consumer ``atomic`` option of one queue."""
@@ -126,6 +131,9 @@ def parse_options(alias: str, options: Any) -> BackendOptions:
             raise ConfigurationError(f"{where}: STRICT means one task of a key at a time (BATCH_SIZE 1).")
         batch_size = 1
     retention = positive("RESULT_RETENTION", float)
+    mark_after = options.get("MARK_RUNNING_AFTER", DEFAULT_MARK_RUNNING_AFTER)
+    if not isinstance(mark_after, (int, float)) or isinstance(mark_after, bool) or not 0 <= mark_after < float("inf"):
+        raise ConfigurationError(f"{where}['MARK_RUNNING_AFTER'] must be a number of seconds >= 0, got {mark_after!r}.")
     return BackendOptions(
         topic_prefix=prefix,
         group=group,
@@ -135,6 +143,7 @@ def parse_options(alias: str, options: Any) -> BackendOptions:
         result_retention=DEFAULT_RESULT_RETENTION if retention is None else retention,
         timeout=parse_timeout(f"{where}['TIMEOUT']", options["TIMEOUT"]) if "TIMEOUT" in options else DEFAULT,
         atomic=_parse_atomic(f"{where}['ATOMIC']", options.get("ATOMIC", False)),
+        mark_running_after=float(mark_after),
     )
 
 

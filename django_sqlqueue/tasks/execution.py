@@ -2,8 +2,12 @@
 
 The handler of a task topic: resolve the task, record the attempt (RUNNING), send
 ``task_started``, call the task (``async def`` tasks too), record the outcome and send
-``task_finished`` once the outcome is final. The queue does the rest with the usual
-consumer semantics:
+``task_finished`` once the outcome is final. A first attempt records RUNNING lazily
+(``OPTIONS["MARK_RUNNING_AFTER"]``, ``tasks/marks.py``): its row is inserted RUNNING only
+if it is still running after that threshold, else once with its outcome -- one statement
+for a short task. Later attempts (they must read the row: a finished task is not run
+again) and atomic queues record RUNNING as the attempt starts. The queue does the rest
+with the usual consumer semantics:
 
 - returning acks the message;
 - raising nacks it: the task runs again after the backoff (``SQLQUEUE["BACKOFF_MIN"]``,
@@ -40,6 +44,7 @@ from .. import tracing
 from ..exceptions import Reject
 from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
+from .marks import marks
 from .timeouts import timeout_of
 
 if TYPE_CHECKING:
@@ -80,6 +85,9 @@ class TaskHandler:
     def timed_out(self, message_id: str, payload: Any, attempt: int, error: BaseException, final: bool) -> None:
         """The watchdog gave the task's attempt up: record the timeout in its result."""
         result_id = (payload.get("result_id") if isinstance(payload, dict) else None) or message_id
+        # A lazy attempt's row may not be written yet: write it RUNNING, then record the
+        # timeout over it (marks.py orders this write against the handler's own).
+        marks.write_now(result_id)
         record = results.time_out(result_id, error=error, final=final)
         if record is not None and final:
             try:
@@ -119,10 +127,11 @@ class TaskHandler:
             return None
         return entry[2] or False
 
-    def _begin(self, message: ReceivedMessage) -> Any:
+    def _begin(self, message: ReceivedMessage, *, lazy: bool = False) -> Any:
         payload = message.payload
         # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
         result_id = payload.get("result_id") or message.id
+        replayed = result_id != message.id
         return results.begin(
             backend_alias=self.backend().alias,
             result_id=result_id,
@@ -131,7 +140,9 @@ class TaskHandler:
             key=message.key,
             enqueued_at=message.created_at,
             worker_id=WORKER_ID,
-            first_attempt=message.attempt == 1 and result_id == message.id,
+            first_attempt=message.attempt == 1 and not replayed,
+            earlier_attempts=0 if replayed else message.attempt - 1,
+            lazy=lazy,
         )
 
     def __call__(self, message: ReceivedMessage) -> None:
@@ -153,17 +164,24 @@ class TaskHandler:
         if begun is False:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return
-        record = begun if begun is not None else self._begin(message)
+        mark_after = backend.sqlqueue.mark_running_after
+        record = begun if begun is not None else self._begin(message, lazy=not atomic and mark_after > 0)
         if record is None:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return
         task_result = results.to_result(record, task)
+        # A lazy first attempt: its row is written RUNNING only if it runs past mark_after.
+        mark = None if results.is_written(record) else marks.start(record, mark_after)
         task_started.send(type(backend), task_result=task_result)
         try:
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=task_result), *record.args, **record.kwargs)
-            else:
-                value = task.call(*record.args, **record.kwargs)
+            try:
+                if task.takes_context:
+                    value = task.call(TaskContext(task_result=task_result), *record.args, **record.kwargs)
+                else:
+                    value = task.call(*record.args, **record.kwargs)
+            finally:
+                if mark is not None:
+                    marks.settle(mark)  # before the final write: see marks.py, "Ordering"
             value = normalize_json(value)
             json.dumps(value)  # a return value the result row cannot store fails the attempt
         except Exception as exc:

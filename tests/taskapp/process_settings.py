@@ -1,10 +1,15 @@
 """Settings of the runconsumer processes of the task tests: fast clocks, the tasks backend,
 and a schedule firing every second (tests/test_schedules_processes.py)."""
 
+import copy
 import os
 
 from tests.settings import *  # noqa: F403
-from tests.taskapp.settings_common import TASKS  # noqa: F401
+from tests.taskapp.settings_common import TASKS
+
+if os.environ.get("TSK_MARK_RUNNING_AFTER"):
+    TASKS = copy.deepcopy(TASKS)
+    TASKS["default"]["OPTIONS"]["MARK_RUNNING_AFTER"] = float(os.environ["TSK_MARK_RUNNING_AFTER"])
 
 SQLQUEUE = {
     "POLL_INTERVAL": 0.02,

@@ -8,7 +8,7 @@ import threading
 import time
 
 from django_sqlqueue.tasks import task_timeout
-from django_sqlqueue.tasks.compat import TaskContext
+from django_sqlqueue.tasks.compat import TaskContext, task_finished
 from tests.taskapp.models import Run
 
 try:
@@ -74,6 +74,17 @@ def keyed(label: str, key: str, seq: int) -> None:
 @task()
 def tick(label: str) -> None:
     record(label)
+
+
+def _linger_after_finish(sender: object, task_result: object, **kwargs: object) -> None:
+    """``task_finished`` is sent after the result is written and before the ack: record
+    that moment and wait, for a test to kill the worker there."""
+    Run.objects.create(label="finished-signal", pid=os.getpid(), started=time.time())
+    time.sleep(float(os.environ["TSK_LINGER_AFTER_FINISH"]))
+
+
+if os.environ.get("TSK_LINGER_AFTER_FINISH"):  # runconsumer processes of tests/test_tasks_processes.py
+    task_finished.connect(_linger_after_finish, weak=False)
 
 
 def plain_function() -> None:

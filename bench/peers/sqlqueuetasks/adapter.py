@@ -3,8 +3,9 @@
 Same API as the djangotasks peer: ``record.enqueue(job_id, phase, enq_ts)`` with the
 django-tasks backport on Django 5.2. Enqueue = one publish() into the ``tasks.default``
 topic (autocommit); workers = W x ``manage.py runconsumer --group tasks`` (one handler at a
-time per process, as the other peers' W=2 processes). Each task writes its result row
-(RUNNING, then SUCCESSFUL), as django-tasks-db does. Run with bench/tasks_peer.sh.
+time per process, as the other peers' W=2 processes). Each task writes its result row, as
+django-tasks-db does: since issue 17 once (SUCCESSFUL) for a task shorter than
+``MARK_RUNNING_AFTER``, RUNNING first for a longer one. Run with bench/tasks_peer.sh.
 """
 
 import os
