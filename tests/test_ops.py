@@ -139,7 +139,9 @@ def test_seek_to_earliest_creates_a_group_that_does_not_exist():
     done = ops.seek("newcomer", "orders", position="earliest")
     assert done.created and "'newcomer' had no watermarks on 'orders' and is created" in done.describe()
     marks = dict(
-        ConsumerOffset.objects.filter(consumer_group="newcomer", topic="orders").values_list("partition", "offset_acked")
+        ConsumerOffset.objects.filter(consumer_group="newcomer", topic="orders").values_list(
+            "partition", "offset_acked"
+        )
     )
     assert sorted(marks) == sorted(scene.heads)
     assert all(mark == 0 for mark in marks.values())  # nothing collected yet: everything is delivered

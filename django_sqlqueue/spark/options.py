@@ -190,7 +190,9 @@ def get_duration(options: Mapping[str, str], name: str, default: float) -> float
     try:
         seconds = float(number) * units[unit]
     except ValueError:
-        raise SparkOptionError(f"option {name!r} must be a duration such as 30s, 15m or 500ms, got {value!r}.") from None
+        raise SparkOptionError(
+            f"option {name!r} must be a duration such as 30s, 15m or 500ms, got {value!r}."
+        ) from None
     if seconds < 0:
         raise SparkOptionError(f"option {name!r} must not be negative, got {value!r}.")
     return seconds

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .dataloss import checked
-from .optionset import check_options
 from .options import SparkOptionError, get_bool, get_int, get_str, get_time, get_topics
+from .optionset import check_options
 from .payload import DEFAULT_CORRUPT_COLUMN, PayloadParser, parse_mode
 from .runtime import database
 from .schema import COLUMN_NAMES
@@ -58,8 +58,8 @@ def parse_positions(options: Mapping[str, str], name: str, keyword: str) -> Posi
         return {"*": {int(p): int(o) for p, o in given.items()}}
     except (ValueError, TypeError, AttributeError):
         raise SparkOptionError(
-            f"option {name!r} must be {keyword} or JSON {{\"<partition>\": <offset>}} (or "
-            f"{{\"<topic>\": {{\"<partition>\": <offset>}}}}), got {raw!r}."
+            f'option {name!r} must be {keyword} or JSON {{"<partition>": <offset>}} (or '
+            f'{{"<topic>": {{"<partition>": <offset>}}}}), got {raw!r}.'
         ) from None
 
 

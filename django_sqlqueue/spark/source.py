@@ -13,8 +13,8 @@ from pyspark.sql.datasource import (
 )
 
 from .options import SparkOptionError, get_str
-from .schema import message_schema
 from .payload import parse_mode
+from .schema import message_schema
 
 
 class SQLQueueDataSource(DataSource):

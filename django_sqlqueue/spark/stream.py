@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .optionset import check_options
 from .options import SparkOptionError, get_duration, get_group, get_int, get_str
+from .optionset import check_options
 from .reader import (
     Positions,
     Range,
@@ -134,13 +134,15 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spec = ReadSpec.from_options(self.options, schema)
         starting = get_str(self.options, "startingOffsets", "earliest").strip()
         self.latest_start = starting.lower() == "latest"
-        self.starting: Positions | None = None if self.latest_start else parse_positions(
-            self.options, "startingOffsets", "earliest"
+        self.starting: Positions | None = (
+            None if self.latest_start else parse_positions(self.options, "startingOffsets", "earliest")
         )
         self.group = get_group(self.options)
         #: Trigger.AvailableNow: the offsets the query stops at (set by prepareForTriggerAvailableNow).
         self.target: Offsets | None = None
         self.last_batch = time.monotonic()
+        #: The group's watermarks as last written (not written again unchanged).
+        self.written: Offsets = {}
 
     # -- offsets as Spark stores them ---------------------------------------------------------
 
@@ -201,6 +203,10 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = self._latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # Spark calls commit(end) of a micro-batch only when it plans the next one *with
+        # data*; ``start`` here is the end of the last batch the sink committed, durable in
+        # the checkpoint's commit log: the group's watermarks follow it at every trigger.
+        self._write_watermarks(self._decode(start))
         begin = _flat(self._decode(start))
         latest = _flat(self._target() if self.target is not None else self._latest())
         if isinstance(limit, ReadMaxRows):
@@ -252,11 +258,15 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """With ``group``: write ``end`` as the group's watermarks (GC may then delete up to them)."""
-        if not self.group:
+        self._write_watermarks(self._decode(end))
+
+    def _write_watermarks(self, offsets: Offsets) -> None:
+        if not self.group or not offsets or offsets == self.written:
             return
         with database(self.options) as alias:
             from ..store import QueueStore
 
             store = QueueStore(alias)
-            for topic, parts in self._decode(end).items():
+            for topic, parts in offsets.items():
                 store.set_watermarks(self.group, topic, parts)
+        self.written = offsets

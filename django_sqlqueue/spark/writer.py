@@ -29,8 +29,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from .optionset import check_options
 from .options import SparkOptionError, get_int, get_str, get_topics
+from .optionset import check_options
 from .runtime import database
 
 DEFAULT_BATCH_SIZE = 2000

@@ -9,8 +9,8 @@ import time
 import pytest
 from django.db import connections
 
-from django_sqlqueue.spark.optionset import check_options
 from django_sqlqueue.spark.options import SparkOptionError
+from django_sqlqueue.spark.optionset import check_options
 
 from .helpers import publish_sequenced, reader, run_to_parquet, stream
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_check_options_refuses_unknown_and_misplaced_names():
     with pytest.raises(SparkOptionError, match=r"unknown option 'failOnDataLos'\. Valid options: .*failOnDataLoss"):
         check_options({"topic": "t", "failOnDataLos": "true"}, "batch read")
-    with pytest.raises(SparkOptionError, match="'maxoffsetspertrigger'. It is an option of a stream read only"):
+    with pytest.raises(SparkOptionError, match=r"'maxoffsetspertrigger'\. It is an option of a stream read only"):
         check_options({"topic": "t", "maxoffsetspertrigger": "5"}, "batch read")
     with pytest.raises(SparkOptionError, match="Kafka client options"):
         check_options({"topic": "t", "kafka.group.id": "g"}, "stream read")
@@ -31,9 +31,9 @@ def test_check_options_refuses_unknown_and_misplaced_names():
         "topic": "a,b",
         "maxoffsetspertrigger": "5",
     }
-    with pytest.raises(SparkOptionError, match="unknown option 'startTime'. It is an option of a batch read only"):
+    with pytest.raises(SparkOptionError, match=r"unknown option 'startTime'\. It is an option of a batch read only"):
         check_options({"topic": "t", "startTime": "2020-01-01"}, "stream read")
-    with pytest.raises(SparkOptionError, match="unknown option 'group'. It is an option of a stream read only"):
+    with pytest.raises(SparkOptionError, match=r"unknown option 'group'\. It is an option of a stream read only"):
         check_options({"topic": "t", "group": "g"}, "write")
 
 
@@ -45,13 +45,17 @@ def test_spark_reads_refuse_unknown_options_and_take_kafka_names(spark, queue_op
     # The case: a batch read given a stream's option read the whole topic.
     with pytest.raises(Exception, match="option 'startingOffsets' must be earliest or JSON"):
         reader(spark, queue_options, "strict", startingOffsets="10000").collect()
-    with pytest.raises(Exception, match="unknown option 'maxoffsetspertrigger'. It is an option of a stream read"):
+    with pytest.raises(Exception, match=r"unknown option 'maxoffsetspertrigger'\. It is an option of a stream read"):
         reader(spark, queue_options, "strict", maxOffsetsPerTrigger="5").collect()
     # Names in any case; Kafka's names.
     assert reader(spark, queue_options, "strict", STARTINGOFFSET="15").count() == 6
     partition = str(reader(spark, queue_options, "strict").first().partition)
     ranged = reader(
-        spark, queue_options, "strict", startingOffsets=json.dumps({partition: 4}), endingOffsets=json.dumps({partition: 8})
+        spark,
+        queue_options,
+        "strict",
+        startingOffsets=json.dumps({partition: 4}),
+        endingOffsets=json.dumps({partition: 8}),
     )
     assert sorted(r.offset for r in ranged.collect()) == [5, 6, 7, 8]
     query = stream(spark, queue_options, "strict", startTime="2020-01-01T00:00:00").writeStream.format("noop").start()
