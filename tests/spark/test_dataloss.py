@@ -38,7 +38,6 @@ def _read_2000_then_gc(spark, options, out, checkpoint, **extra) -> None:
     collect_garbage(topics=[TOPIC])
 
 
-@pytest.mark.pg
 def test_restart_after_gc_fails_naming_the_missing_range(spark, queue_options, tmp_path):
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     _read_2000_then_gc(spark, queue_options, out, checkpoint)
@@ -61,7 +60,6 @@ def test_restart_after_gc_with_fail_on_data_loss_false_goes_on(spark, queue_opti
     connections.close_all()
 
 
-@pytest.mark.pg
 def test_stream_with_group_holds_gc_and_sees_everything(spark, queue_options, tmp_path):
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     _read_2000_then_gc(spark, queue_options, out, checkpoint, group="spark-gcd")
@@ -92,7 +90,6 @@ def test_new_query_in_a_group_starts_at_its_watermarks(spark, queue_options, tmp
     connections.close_all()
 
 
-@pytest.mark.pg
 def test_batch_read_fails_on_deleted_offsets_unless_told(spark, queue_options):
     publish_sequenced("holes", 30, keys=1)
     # offsets 11..15 deleted (as a purge or GC would): a hole inside the retained range

@@ -37,7 +37,6 @@ def test_check_options_refuses_unknown_and_misplaced_names():
         check_options({"topic": "t", "group": "g"}, "write")
 
 
-@pytest.mark.pg
 def test_spark_reads_refuse_unknown_options_and_take_kafka_names(spark, queue_options):
     publish_sequenced("strict", 20, keys=1)
     with pytest.raises(Exception, match="sqlqueue batch read: unknown option 'consumergroup'"):

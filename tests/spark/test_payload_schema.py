@@ -29,7 +29,6 @@ def _publish() -> None:
     sequence("typed")
 
 
-@pytest.mark.pg
 def test_permissive_is_the_default_nulls_and_the_raw_payload(spark, queue_options):
     _publish()
     rows = {r.id: r for r in reader(spark, queue_options, "typed", payloadSchema=SCHEMA).collect()}
@@ -41,7 +40,6 @@ def test_permissive_is_the_default_nulls_and_the_raw_payload(spark, queue_option
     assert [r.raw for r in named if r.id == "bad"] == [rows["bad"]._corrupt_record]
 
 
-@pytest.mark.pg
 def test_failfast_names_the_message(spark, queue_options):
     _publish()
     bad = Message.objects.get(topic="typed", id="bad")
