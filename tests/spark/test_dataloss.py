@@ -9,8 +9,10 @@ on; with ``group`` set GC keeps what the stream has not committed, and it sees a
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
 
 from django_sqlqueue import ops
@@ -69,7 +71,10 @@ def test_stream_with_group_holds_gc_and_sees_everything(spark, queue_options, tm
     assert sum(m.offset_acked for m in marks) == 2000
     assert Message.objects.filter(topic=TOPIC).count() == 3000
     listed = [g for g in ops.list_groups(topic=TOPIC) if g.group == "spark-gcd"]
-    assert listed and listed[0].lag == 3000  # in queue_status / the console, with its lag
+    assert listed and listed[0].lag == 3000  # in the console's groups, with its lag
+    status = StringIO()
+    call_command("queue_status", "--group", "spark-gcd", stdout=status)
+    assert "spark-gcd" in status.getvalue() and TOPIC in status.getvalue()
 
     run_to_parquet(stream(spark, queue_options, TOPIC, group="spark-gcd"), out, checkpoint)
     ids = [r.id for r in spark.read.parquet(str(out)).select("id").collect()]
