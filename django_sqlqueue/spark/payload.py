@@ -97,9 +97,8 @@ def coerce(value: Any, data_type: Any, path: str = "payload") -> Any:
             number = decimal.Decimal(str(value))
         except decimal.InvalidOperation:
             raise _fail(path, data_type.simpleString(), value) from None
-        if len(number.as_tuple().digits) - max(0, -int(number.as_tuple().exponent)) > (
-            data_type.precision - data_type.scale
-        ):
+        # Digits before the point must fit precision - scale (Spark would overflow to NULL).
+        if not number.is_finite() or (number and number.adjusted() + 1 > data_type.precision - data_type.scale):
             raise _fail(path, data_type.simpleString(), value)
         return number
     if kind == "BooleanType":
