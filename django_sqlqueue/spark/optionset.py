@@ -27,6 +27,8 @@ _READ = (
     "columnNameOfCorruptRecord",
     "rowsPerSplit",
     "failOnDataLoss",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
 )
 
 #: Canonical option names (as documented) of each use.

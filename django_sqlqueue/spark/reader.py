@@ -23,7 +23,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -63,6 +63,75 @@ def parse_positions(options: Mapping[str, str], name: str, keyword: str) -> Posi
         ) from None
 
 
+#: ``startingTimestamp``/``startingOffsetsByTimestamp``: ``{topic or "*": {partition or -1: time}}``.
+Timestamps = Mapping[str, Mapping[int, dt.datetime]]
+#: The partition key of a time that applies to every partition.
+EVERY_PARTITION = -1
+
+
+def _moment(name: str, value: Any) -> dt.datetime:
+    """A time as Kafka gives it (milliseconds since the epoch) or ISO 8601 (naive = UTC)."""
+    from ..timeparse import parse_time
+
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+        text = str(value).strip()
+        if text.lstrip("-").isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
+        return parse_time(text)
+    except (ValueError, OverflowError, OSError):
+        raise SparkOptionError(
+            f"option {name!r}: {value!r} is neither milliseconds since the epoch nor an ISO 8601 time."
+        ) from None
+
+
+def parse_timestamps(options: Mapping[str, str]) -> Timestamps | None:
+    """Parse ``startingTimestamp`` (every partition) or ``startingOffsetsByTimestamp`` (JSON)."""
+    single = get_str(options, "startingTimestamp").strip()
+    by_partition = get_str(options, "startingOffsetsByTimestamp").strip()
+    if single and by_partition:
+        raise SparkOptionError("give startingTimestamp or startingOffsetsByTimestamp, not both.")
+    if single:
+        return {"*": {EVERY_PARTITION: _moment("startingTimestamp", single)}}
+    if not by_partition:
+        return None
+    name = "startingOffsetsByTimestamp"
+    try:
+        given = json.loads(by_partition)
+        if not isinstance(given, dict) or not given:
+            raise TypeError
+        if all(isinstance(v, dict) for v in given.values()):
+            return {str(t): {int(p): _moment(name, v) for p, v in parts.items()} for t, parts in given.items()}
+        return {"*": {int(p): _moment(name, v) for p, v in given.items()}}
+    except (ValueError, TypeError, AttributeError):
+        raise SparkOptionError(
+            f'option {name!r} must be JSON {{"<partition>": <ms since epoch>}} or by topic, got {by_partition!r}.'
+        ) from None
+
+
+def positions_by_time(alias: str, topic: str, stamps: Timestamps) -> dict[int, int]:
+    """Per partition, the offset just below the first message published at or after its time.
+
+    A partition without such a message starts at its head; one without a time (not named
+    in ``startingOffsetsByTimestamp``) at its oldest retained message. This reads the
+    partition's rows: ``published_at`` has no index.
+    """
+    from ..store import QueueStore
+    from ..store.log import LogFilter, LogStore
+
+    log = LogStore(alias)
+    times = stamps.get(topic, stamps.get("*", {}))
+    heads = log.head_offsets(topic)
+    retained = {p: first for p, first, _ in log.offset_ranges(topic, LogFilter())}
+    marks: dict[int, int] = {}
+    for partition, head in heads.items():
+        moment = times.get(partition, times.get(EVERY_PARTITION))
+        first = QueueStore(alias).first_offset(topic, partition, moment) if moment else retained.get(partition)
+        marks[partition] = head if first is None else first - 1
+    return marks
+
+
 def positions_of(positions: Positions | None, topic: str) -> Mapping[int, int] | None:
     if positions is None:
         return None
@@ -82,6 +151,8 @@ class Range:
     starts: Positions | None = None
     #: Per partition: the last offset to read.
     ends: Positions | None = None
+    #: ``startingTimestamp``/``startingOffsetsByTimestamp``: resolved to ``starts`` when planning.
+    start_times: Timestamps | None = None
 
     @property
     def by_time(self) -> bool:
@@ -104,7 +175,10 @@ class Range:
             partitions=partitions,
             starts=parse_positions(options, "startingOffsets", "earliest"),
             ends=parse_positions(options, "endingOffsets", "latest"),
+            start_times=parse_timestamps(options),
         )
+        if found.start_times is not None and (found.start_offset or found.starts is not None):
+            raise SparkOptionError("give a starting offset or a starting timestamp, not both.")
         if found.start_offset and found.starts is not None:
             raise SparkOptionError("give startingOffset or startingOffsets, not both.")
         if found.end_offset and found.ends is not None:
@@ -323,7 +397,11 @@ class MessageReader(DataSourceReader):
             topics = self.topics if self.pattern is None else matching_topics(alias, self.pattern)
             if self.sequence:
                 run_sequencer(alias, topics)
-            return plan(alias, topics, self.range, self.rows_per_split)
+            rng = self.range
+            if rng.start_times is not None:
+                starts = {topic: positions_by_time(alias, topic, rng.start_times) for topic in topics}
+                rng = replace(rng, starts=starts, start_times=None)
+            return plan(alias, topics, rng, self.rows_per_split)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         if not isinstance(partition, Split):

@@ -44,6 +44,8 @@ from .reader import (
     Split,
     matching_topics,
     parse_positions,
+    parse_timestamps,
+    positions_by_time,
     positions_of,
     read_split,
     run_sequencer,
@@ -137,6 +139,9 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting: Positions | None = (
             None if self.latest_start else parse_positions(self.options, "startingOffsets", "earliest")
         )
+        self.start_times = parse_timestamps(self.options)
+        if self.start_times is not None and get_str(self.options, "startingOffsets"):
+            raise SparkOptionError("give startingOffsets or a starting timestamp, not both.")
         self.group = get_group(self.options)
         #: Trigger.AvailableNow: the offsets the query stops at (set by prepareForTriggerAvailableNow).
         self.target: Offsets | None = None
@@ -178,12 +183,14 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             store = QueueStore(alias)
             topics = self._topics(alias)
-            if self.latest_start:
+            if self.latest_start or self.start_times is not None:
                 run_sequencer(alias, topics)
             for topic in topics:
                 marks = store.group_watermarks(self.group, topic) if self.group else {}
                 if not marks:
-                    if self.latest_start:
+                    if self.start_times is not None:
+                        marks = positions_by_time(alias, topic, self.start_times)
+                    elif self.latest_start:
                         marks = head_offsets(alias, topic)
                     elif self.starting is not None:
                         marks = dict(positions_of(self.starting, topic) or {})

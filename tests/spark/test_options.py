@@ -118,3 +118,33 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, queue_opti
     finally:
         query.stop()
     connections.close_all()
+
+
+def test_starting_timestamp_batch_and_stream(spark, queue_options, tmp_path):
+    """Kafka's startingTimestamp (ms since the epoch, or ISO 8601) and startingOffsetsByTimestamp:
+    the read starts at the first message published at or after the time."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_sqlqueue.models import Message
+
+    publish_sequenced("stamped", 10, keys=1)
+    old = timezone.now() - dt.timedelta(hours=2)
+    Message.objects.filter(topic="stamped", offset__lte=4).update(published_at=old)
+    cutoff = timezone.now() - dt.timedelta(hours=1)
+    millis = str(int(cutoff.timestamp() * 1000))
+    partition = str(Message.objects.filter(topic="stamped").first().partition)
+
+    assert sorted(
+        r.offset for r in reader(spark, queue_options, "stamped", startingTimestamp=millis).collect()
+    ) == list(range(5, 11))
+    by_partition = json.dumps({"stamped": {partition: cutoff.isoformat()}})
+    df = reader(spark, queue_options, "stamped", startingOffsetsByTimestamp=by_partition)
+    assert df.count() == 6
+    with pytest.raises(Exception, match="not both"):
+        reader(spark, queue_options, "stamped", startingTimestamp=millis, startingOffset="2").collect()
+
+    run_to_parquet(stream(spark, queue_options, "stamped", startingTimestamp=millis), tmp_path / "out", tmp_path / "cp")
+    assert sorted(r.offset for r in spark.read.parquet(str(tmp_path / "out")).collect()) == list(range(5, 11))
+    connections.close_all()
