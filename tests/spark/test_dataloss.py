@@ -121,3 +121,19 @@ def test_holes_in_a_dead_letter_topic_are_not_data_loss(spark, queue_options):
     publish_sequenced("orders_dlq", 6, keys=1)
     Message.objects.filter(topic="orders_dlq", offset=3).delete()
     assert reader(spark, queue_options, "orders_dlq").count() == 5
+
+
+def test_fail_on_data_loss_false_logs_the_range(caplog):
+    """What an executor logs with failOnDataLoss=false (read here in this process)."""
+    from django_sqlqueue.spark.reader import Range, ReadSpec, Split, read_split
+
+    publish_sequenced("logged", 10, keys=1)
+    partition = Message.objects.filter(topic="logged").first().partition
+    Message.objects.filter(topic="logged", offset__in=[3, 4, 9]).delete()
+    with caplog.at_level("WARNING", logger="django_sqlqueue.spark.dataloss"):
+        rows = list(
+            read_split("default", Split("logged", partition, 1, 12), Range(), ReadSpec(fail_on_data_loss=False))
+        )
+    assert [r[2] for r in rows] == [1, 2, 5, 6, 7, 8, 10]
+    assert [r.getMessage().split("offsets=")[1].split(" ")[0] for r in caplog.records] == ["3..4", "9..9", "11..12"]
+    assert all(f"topic=logged partition={partition}" in r.getMessage() for r in caplog.records)
