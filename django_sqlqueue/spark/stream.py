@@ -198,6 +198,7 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         marks = earliest_offsets(alias, topic)
                     if self.group and marks:
                         # A new group, created where the query starts: GC keeps everything above.
+                        self._refuse_live_workers(store, {topic: marks})
                         store.set_watermarks(self.group, topic, marks)
                 offsets[topic] = marks
         return self._encode(offsets)
@@ -274,6 +275,23 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from ..store import QueueStore
 
             store = QueueStore(alias)
+            if not self.written:
+                self._refuse_live_workers(store, offsets)
             for topic, parts in offsets.items():
                 store.set_watermarks(self.group, topic, parts)
         self.written = offsets
+
+    def _refuse_live_workers(self, store: Any, offsets: Offsets) -> None:
+        """The group is the stream's own: refuse one that ``runconsumer`` workers consume."""
+        from ..conf import get_settings
+
+        assert self.group is not None
+        lease = get_settings().LEASE_DURATION
+        for topic in offsets:
+            live = store.active_subscriber_names(self.group, topic, lease)
+            if live:
+                raise SparkOptionError(
+                    f"option group={self.group!r}: the group has live workers on topic {topic!r} "
+                    f"({', '.join(live[:5])}); a stream's group must be its own (their acks and the stream's "
+                    "watermarks would overwrite each other). Pick another group name."
+                )

@@ -137,3 +137,18 @@ def test_fail_on_data_loss_false_logs_the_range(caplog):
     assert [r[2] for r in rows] == [1, 2, 5, 6, 7, 8, 10]
     assert [r.getMessage().split("offsets=")[1].split(" ")[0] for r in caplog.records] == ["3..4", "9..9", "11..12"]
     assert all(f"topic=logged partition={partition}" in r.getMessage() for r in caplog.records)
+
+
+def test_a_group_with_live_workers_is_refused(spark, queue_options, tmp_path):
+    from django.utils import timezone
+
+    from django_sqlqueue.models import SubscriberHeartbeat
+
+    publish_sequenced("shared", 5, keys=1)
+    ops.seek("workers", "shared", position="earliest")
+    SubscriberHeartbeat.objects.create(
+        consumer_group="workers", topic="shared", subscriber_name="host:123", heartbeat_at=timezone.now()
+    )
+    with pytest.raises(Exception, match=r"group='workers': the group has live workers on topic 'shared' \(host:123\)"):
+        run_to_parquet(stream(spark, queue_options, "shared", group="workers"), tmp_path / "out", tmp_path / "cp")
+    connections.close_all()
