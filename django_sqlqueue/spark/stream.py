@@ -33,7 +33,15 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # a pyspark without Trigger.AvailableNow for Python sources (tested with 4.3.0)
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in: this pyspark cannot tell a Python source about Trigger.AvailableNow."""
+
 
 from .options import SparkOptionError, get_duration, get_group, get_int, get_str
 from .optionset import check_options
