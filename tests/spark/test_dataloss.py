@@ -75,6 +75,15 @@ def test_stream_with_group_holds_gc_and_sees_everything(spark, queue_options, tm
     status = StringIO()
     call_command("queue_status", "--group", "spark-gcd", stdout=status)
     assert "spark-gcd" in status.getvalue() and TOPIC in status.getvalue()
+    from django_sqlqueue.metrics.gauges import read_snapshot, render
+
+    metrics = render(read_snapshot())[0].decode()
+    lags = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("sqlqueue_consumergroup_lag{") and 'group="spark-gcd"' in line
+    ]
+    assert sum(lags) == 3000  # in the metrics, per partition
 
     run_to_parquet(stream(spark, queue_options, TOPIC, group="spark-gcd"), out, checkpoint)
     ids = [r.id for r in spark.read.parquet(str(out)).select("id").collect()]
