@@ -177,9 +177,16 @@ ensure_spark() {
   fi
 }
 
-# The Spark tests (tests/spark: real SparkSession, MariaDB, a standalone cluster) in $1.
+# The Spark tests (tests/spark: real SparkSession, a standalone cluster) in $1, on MariaDB and
+# on PostgreSQL. The standalone-cluster test runs on MariaDB only: it tests Spark's deployment
+# (a master and two workers, ~40 s to start), not the database.
 run_spark_tests() {
   local venv="$1"
   ensure_spark "$venv"
+  log "tests/spark on MariaDB"
   DATABASE_URL="$MYSQL_URL" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/spark
+  ensure_postgres
+  log "tests/spark on PostgreSQL (without the standalone cluster)"
+  DATABASE_URL="$POSTGRES_URL" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/spark \
+    --deselect tests/spark/test_cluster.py::test_backfill_runs_on_a_standalone_cluster
 }

@@ -95,6 +95,16 @@ def test_group_seek_and_drop():
     assert not ConsumerOffset.objects.filter(consumer_group="retired").exists()
 
 
+def test_group_seek_to_earliest_creates_an_unknown_group():
+    build()
+    preview = run("queue_group", "seek", "newcomer", "orders", "--to-earliest", "--dry-run")
+    assert "group 'newcomer' had no watermarks on 'orders' and will be created" in preview
+    assert not ConsumerOffset.objects.filter(consumer_group="newcomer").exists()
+    done = run("queue_group", "seek", "newcomer", "orders", "--to-earliest", "--yes")
+    assert "and is created at these positions" in done
+    assert ConsumerOffset.objects.filter(consumer_group="newcomer", topic="orders").count() >= 1
+
+
 def test_topic_list_and_purge():
     build()
     text = run("queue_topic", "list", "--unconsumed")

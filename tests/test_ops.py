@@ -128,6 +128,28 @@ def test_seek_preview_counts_redelivered_and_skipped_without_writing():
     assert ops.plan_seek("retired", "orders", position="latest", partitions=[0]).skip == scene.heads[0] - 1
 
 
+def test_seek_to_earliest_creates_a_group_that_does_not_exist():
+    """A seek of a group new on the topic writes its watermarks -- even where none moves --
+    and says that it creates the group (before, it printed "0 redelivered" and wrote nothing)."""
+    scene = build()
+    assert not ConsumerOffset.objects.filter(consumer_group="newcomer").exists()
+    preview = ops.plan_seek("newcomer", "orders", position="earliest")
+    assert preview.created and "will be created" in preview.describe()
+    assert not ConsumerOffset.objects.filter(consumer_group="newcomer").exists()
+    done = ops.seek("newcomer", "orders", position="earliest")
+    assert done.created and "'newcomer' had no watermarks on 'orders' and is created" in done.describe()
+    marks = dict(
+        ConsumerOffset.objects.filter(consumer_group="newcomer", topic="orders").values_list(
+            "partition", "offset_acked"
+        )
+    )
+    assert sorted(marks) == sorted(scene.heads)
+    assert all(mark == 0 for mark in marks.values())  # nothing collected yet: everything is delivered
+    assert any(g.group == "newcomer" for g in ops.list_groups(topic="orders"))
+    # A second seek: the group exists now.
+    assert not ops.seek("newcomer", "orders", position="earliest").created
+
+
 def test_seek_rewind_releases_leases_and_clears_delivery_state():
     scene = build()
     DeliveryState.objects.create(

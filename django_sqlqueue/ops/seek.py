@@ -54,6 +54,8 @@ class SeekPlan:
     partitions: list[SeekPartition] = field(default_factory=list)
     applied: bool = False
     leases_released: int = 0
+    #: The group had no watermark on the topic: the seek creates it.
+    created: bool = False
 
     @property
     def redeliver(self) -> int:
@@ -64,10 +66,17 @@ class SeekPlan:
         return sum(p.skip for p in self.partitions)
 
     def describe(self) -> str:
-        return (
+        text = (
             f"seek {self.group} on {self.topic} to {self.mode} {self.value}".rstrip()
             + f": {len(self.partitions)} partition(s), {self.redeliver} message(s) redelivered, {self.skip} skipped"
         )
+        if self.created:
+            verb = "is created" if self.applied else "will be created"
+            text += (
+                f"; group {self.group!r} had no watermarks on {self.topic!r} and {verb} at these positions "
+                "(garbage collection keeps its messages from now on)"
+            )
+        return text
 
 
 def _seek_args(offset: int | None, time: dt.datetime | None, position: str | None) -> tuple[str, str]:
@@ -144,7 +153,7 @@ def _plan(
         else:
             redeliver = skip = 0
         rows.append(SeekPartition(part, head, mark, target, redeliver, max(0, skip)))
-    return SeekPlan(group, topic, mode, value, rows)
+    return SeekPlan(group, topic, mode, value, rows, created=not wm)
 
 
 def plan_seek(
@@ -201,5 +210,12 @@ def seek(
         ),
     )
     return SeekPlan(
-        plan.group, plan.topic, plan.mode, plan.value, plan.partitions, applied=True, leases_released=released
+        plan.group,
+        plan.topic,
+        plan.mode,
+        plan.value,
+        plan.partitions,
+        applied=True,
+        leases_released=released,
+        created=plan.created,
     )

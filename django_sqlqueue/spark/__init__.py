@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dataloss import DataLoss
 from .options import SparkOptionError, jdbc_url, sqlqueue_options
+from .payload import PayloadSchemaMismatch
 
-__all__ = ["SparkOptionError", "jdbc_url", "register", "sqlqueue_options"]
+__all__ = ["DataLoss", "PayloadSchemaMismatch", "SparkOptionError", "jdbc_url", "register", "sqlqueue_options"]
 
 
 def register(spark: Any) -> None:

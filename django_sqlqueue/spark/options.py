@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigurationError
-from ..limits import MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
+from ..limits import CONSUMER_GROUP_LENGTH, MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
 from ..timeparse import parse_time
 
 #: Option names of the connection (all lower-case, as Spark delivers them).
@@ -174,6 +174,41 @@ def get_time(options: Mapping[str, str], name: str) -> dt.datetime | None:
         return parse_time(str(value))
     except ValueError:
         raise SparkOptionError(f"option {name!r} must be an ISO 8601 time, got {value!r}.") from None
+
+
+def get_duration(options: Mapping[str, str], name: str, default: float) -> float:
+    """Return a duration option in seconds: ``500ms``, ``30s``, ``15m``, ``1h`` or plain seconds."""
+    value = str(options.get(name.lower(), "") or "").strip().lower()
+    if not value:
+        return default
+    units = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+    number, unit = value, "s"
+    for suffix in sorted(units, key=len, reverse=True):
+        if value.endswith(suffix):
+            number, unit = value[: -len(suffix)].strip(), suffix
+            break
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise SparkOptionError(
+            f"option {name!r} must be a duration such as 30s, 15m or 500ms, got {value!r}."
+        ) from None
+    if seconds < 0:
+        raise SparkOptionError(f"option {name!r} must not be negative, got {value!r}.")
+    return seconds
+
+
+def get_group(options: Mapping[str, str]) -> str | None:
+    """Return the ``group`` option (a consumer group name), validated, or None."""
+    group = str(options.get("group", "") or "").strip()
+    if not group:
+        return None
+    if len(group) > CONSUMER_GROUP_LENGTH or not TOPIC_RE.match(group):
+        raise SparkOptionError(
+            f"option 'group' {group!r} is not a valid consumer group (at most {CONSUMER_GROUP_LENGTH} characters "
+            "of [A-Za-z0-9._-])."
+        )
+    return group
 
 
 def get_topics(options: Mapping[str, str]) -> list[str]:

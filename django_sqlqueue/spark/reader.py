@@ -7,31 +7,135 @@ offset in the requested range, then cuts it into Spark partitions of at most
 have offsets; planning first runs the sequencer on the topics (option ``sequence``,
 default true) so that everything committed before the read is included.
 
-Options: ``topic`` (comma-separated), ``startingOffset``/``endingOffset`` (inclusive,
-applied in every partition), ``startTime``/``endTime`` (``published_at`` in
-``[startTime, endTime)``, ISO 8601, naive = UTC), ``partitions`` (comma-separated queue
-partitions), ``rowsPerSplit`` (default 100000), ``payloadSchema`` (a DDL struct: the
-payload column is then parsed), ``sequence``.
+Options (see docs/spark.md): ``topic`` (comma-separated; ``subscribe``) or
+``subscribePattern`` (a regular expression matched against the log's topics),
+``startingOffsets`` (``earliest``, or JSON ``{"<partition>": <last offset read>}`` /
+``{"<topic>": {"<partition>": ...}}``), ``endingOffsets`` (``latest``, or JSON of the last
+offset to read), ``startingOffset``/``endingOffset`` (inclusive, in every partition),
+``startTime``/``endTime`` (``published_at`` in ``[startTime, endTime)``, ISO 8601,
+naive = UTC), ``partitions`` (comma-separated queue partitions), ``rowsPerSplit``
+(default 100000), ``payloadSchema`` with ``mode``, ``failOnDataLoss``, ``sequence``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from .dataloss import checked
 from .options import SparkOptionError, get_bool, get_int, get_str, get_time, get_topics
+from .optionset import check_options
+from .payload import DEFAULT_CORRUPT_COLUMN, PayloadParser, parse_mode
 from .runtime import database
+from .schema import COLUMN_NAMES
 
 if TYPE_CHECKING:
     from ..store.log import LogFilter
 
 #: Rows fetched per query while reading one split (keyset pagination on the offset).
 FETCH_ROWS = 10_000
+#: ``startingOffsets``/``endingOffsets`` given as JSON: ``{topic or "*": {partition: offset}}``.
+Positions = Mapping[str, Mapping[int, int]]
+
+
+def parse_positions(options: Mapping[str, str], name: str, keyword: str) -> Positions | None:
+    """Parse a JSON offsets option (flat per partition, or by topic); None for ``keyword`` or absent."""
+    raw = get_str(options, name).strip()
+    if not raw or raw.lower() == keyword:
+        return None
+    try:
+        given = json.loads(raw)
+        if not isinstance(given, dict):
+            raise TypeError
+        if all(isinstance(v, dict) for v in given.values()) and given:
+            return {str(t): {int(p): int(o) for p, o in by_part.items()} for t, by_part in given.items()}
+        return {"*": {int(p): int(o) for p, o in given.items()}}
+    except (ValueError, TypeError, AttributeError):
+        raise SparkOptionError(
+            f'option {name!r} must be {keyword} or JSON {{"<partition>": <offset>}} (or '
+            f'{{"<topic>": {{"<partition>": <offset>}}}}), got {raw!r}.'
+        ) from None
+
+
+#: ``startingTimestamp``/``startingOffsetsByTimestamp``: ``{topic or "*": {partition or -1: time}}``.
+Timestamps = Mapping[str, Mapping[int, dt.datetime]]
+#: The partition key of a time that applies to every partition.
+EVERY_PARTITION = -1
+
+
+def _moment(name: str, value: Any) -> dt.datetime:
+    """A time as Kafka gives it (milliseconds since the epoch) or ISO 8601 (naive = UTC)."""
+    from ..timeparse import parse_time
+
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+        text = str(value).strip()
+        if text.lstrip("-").isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
+        return parse_time(text)
+    except (ValueError, OverflowError, OSError):
+        raise SparkOptionError(
+            f"option {name!r}: {value!r} is neither milliseconds since the epoch nor an ISO 8601 time."
+        ) from None
+
+
+def parse_timestamps(options: Mapping[str, str]) -> Timestamps | None:
+    """Parse ``startingTimestamp`` (every partition) or ``startingOffsetsByTimestamp`` (JSON)."""
+    single = get_str(options, "startingTimestamp").strip()
+    by_partition = get_str(options, "startingOffsetsByTimestamp").strip()
+    if single and by_partition:
+        raise SparkOptionError("give startingTimestamp or startingOffsetsByTimestamp, not both.")
+    if single:
+        return {"*": {EVERY_PARTITION: _moment("startingTimestamp", single)}}
+    if not by_partition:
+        return None
+    name = "startingOffsetsByTimestamp"
+    try:
+        given = json.loads(by_partition)
+        if not isinstance(given, dict) or not given:
+            raise TypeError
+        if all(isinstance(v, dict) for v in given.values()):
+            return {str(t): {int(p): _moment(name, v) for p, v in parts.items()} for t, parts in given.items()}
+        return {"*": {int(p): _moment(name, v) for p, v in given.items()}}
+    except (ValueError, TypeError, AttributeError):
+        raise SparkOptionError(
+            f'option {name!r} must be JSON {{"<partition>": <ms since epoch>}} or by topic, got {by_partition!r}.'
+        ) from None
+
+
+def positions_by_time(alias: str, topic: str, stamps: Timestamps) -> dict[int, int]:
+    """Per partition, the offset just below the first message published at or after its time.
+
+    A partition without such a message starts at its head; one without a time (not named
+    in ``startingOffsetsByTimestamp``) at its oldest retained message. This reads the
+    partition's rows: ``published_at`` has no index.
+    """
+    from ..store import QueueStore
+    from ..store.log import LogFilter, LogStore
+
+    log = LogStore(alias)
+    times = stamps.get(topic, stamps.get("*", {}))
+    heads = log.head_offsets(topic)
+    retained = {p: first for p, first, _ in log.offset_ranges(topic, LogFilter())}
+    marks: dict[int, int] = {}
+    for partition, head in heads.items():
+        moment = times.get(partition, times.get(EVERY_PARTITION))
+        first = QueueStore(alias).first_offset(topic, partition, moment) if moment else retained.get(partition)
+        marks[partition] = head if first is None else first - 1
+    return marks
+
+
+def positions_of(positions: Positions | None, topic: str) -> Mapping[int, int] | None:
+    if positions is None:
+        return None
+    return positions.get(topic, positions.get("*", {}))
 
 
 @dataclass(frozen=True)
@@ -43,6 +147,16 @@ class Range:
     start_time: dt.datetime | None = None
     end_time: dt.datetime | None = None
     partitions: tuple[int, ...] = ()
+    #: Per partition: the last offset already read (the read starts after it).
+    starts: Positions | None = None
+    #: Per partition: the last offset to read.
+    ends: Positions | None = None
+    #: ``startingTimestamp``/``startingOffsetsByTimestamp``: resolved to ``starts`` when planning.
+    start_times: Timestamps | None = None
+
+    @property
+    def by_time(self) -> bool:
+        return bool(self.start_time or self.end_time)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Range:
@@ -59,12 +173,76 @@ class Range:
             start_time=get_time(options, "startTime"),
             end_time=get_time(options, "endTime"),
             partitions=partitions,
+            starts=parse_positions(options, "startingOffsets", "earliest"),
+            ends=parse_positions(options, "endingOffsets", "latest"),
+            start_times=parse_timestamps(options),
         )
+        if found.start_times is not None and (found.start_offset or found.starts is not None):
+            raise SparkOptionError("give a starting offset or a starting timestamp, not both.")
+        if found.start_offset and found.starts is not None:
+            raise SparkOptionError("give startingOffset or startingOffsets, not both.")
+        if found.end_offset and found.ends is not None:
+            raise SparkOptionError("give endingOffset or endingOffsets, not both.")
         if found.start_offset and found.end_offset and found.start_offset > found.end_offset:
             raise SparkOptionError(f"startingOffset {found.start_offset} is after endingOffset {found.end_offset}.")
         if found.start_time and found.end_time and found.start_time >= found.end_time:
             raise SparkOptionError("startTime must be before endTime.")
         return found
+
+    def first(self, topic: str, partition: int) -> int | None:
+        """The first offset asked for in the partition, or None (the oldest retained)."""
+        if self.start_offset:
+            return self.start_offset
+        starts = positions_of(self.starts, topic)
+        return None if starts is None or partition not in starts else starts[partition] + 1
+
+    def last(self, topic: str, partition: int) -> int | None:
+        """The last offset asked for in the partition, or None (the head)."""
+        if self.end_offset:
+            return self.end_offset
+        ends = positions_of(self.ends, topic)
+        return None if ends is None or partition not in ends else ends[partition]
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """How a split's rows become Spark rows (shared by batch and stream reads)."""
+
+    #: The payload parser (``payloadSchema``), or None: the payload stays JSON text.
+    parser: PayloadParser | None = None
+    #: Whether a corrupt-record column follows the message columns (``mode=PERMISSIVE``).
+    corrupt_column: bool = False
+    fail_on_data_loss: bool = True
+    dlq_suffix: str = field(default="_dlq")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], schema: Any) -> ReadSpec:
+        payload_schema = get_str(options, "payloadSchema")
+        parser = None
+        corrupt = False
+        if payload_schema:
+            mode = parse_mode(get_str(options, "mode"))
+            parser = PayloadParser(schema["payload"].dataType, mode)
+            corrupt = mode == "PERMISSIVE"
+        elif get_str(options, "mode") or get_str(options, "columnNameOfCorruptRecord"):
+            raise SparkOptionError("options 'mode' and 'columnNameOfCorruptRecord' go with 'payloadSchema'.")
+        sqlqueue = json.loads(get_str(options, "sqlqueue") or "{}")
+        return cls(
+            parser=parser,
+            corrupt_column=corrupt,
+            fail_on_data_loss=get_bool(options, "failOnDataLoss", True),
+            dlq_suffix=str(sqlqueue.get("DLQ_SUFFIX") or "_dlq"),
+        )
+
+
+def corrupt_column_name(options: Mapping[str, str]) -> str:
+    """The name of the corrupt-record column (``columnNameOfCorruptRecord``)."""
+    name = get_str(options, "columnNameOfCorruptRecord", DEFAULT_CORRUPT_COLUMN).strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise SparkOptionError(f"option 'columnNameOfCorruptRecord' must be a column name, got {name!r}.")
+    if name.lower() in COLUMN_NAMES:
+        raise SparkOptionError(f"option 'columnNameOfCorruptRecord': {name!r} is a message column; pick another name.")
+    return name
 
 
 class Split(InputPartition):
@@ -84,20 +262,20 @@ def split_range(topic: str, partition: int, first: int, last: int, rows: int) ->
 
 
 def log_filter(rng: Range) -> LogFilter:
-    """Return the store's filter of a read's range."""
+    """Return the store's filter of a read's range (times and partitions; offsets are per split)."""
     from ..store.log import LogFilter
 
-    return LogFilter(
-        start_offset=rng.start_offset,
-        end_offset=rng.end_offset,
-        start_time=rng.start_time,
-        end_time=rng.end_time,
-        partitions=rng.partitions,
-    )
+    return LogFilter(start_time=rng.start_time, end_time=rng.end_time, partitions=rng.partitions)
 
 
 def plan(alias: str, topics: Sequence[str], rng: Range, rows_per_split: int) -> list[Split]:
-    """Return the splits of a read of ``topics`` (see the module docstring)."""
+    """Return the splits of a read of ``topics`` (see the module docstring).
+
+    Per partition the read covers the offsets asked for (``startingOffset(s)``,
+    ``endingOffset(s)``) or, by default, the oldest retained offset to the head. Asked-for
+    offsets that GC deleted stay in the split: reading it finds them missing
+    (``failOnDataLoss``). A time-filtered read covers the offsets of the rows in range.
+    """
     # Imported here, not at the top: Spark imports this module while planning, before
     # runtime.database() has set Django up.
     from ..store.log import LogStore
@@ -105,54 +283,131 @@ def plan(alias: str, topics: Sequence[str], rng: Range, rows_per_split: int) -> 
     store = LogStore(alias)
     splits: list[Split] = []
     for topic in topics:
-        for partition, first, last in store.offset_ranges(topic, log_filter(rng)):
-            splits.extend(split_range(topic, partition, first, last, rows_per_split))
+        retained = {p: (lo, hi) for p, lo, hi in store.offset_ranges(topic, log_filter(rng))}
+        heads = {} if rng.by_time else store.head_offsets(topic)
+        known = sorted(set(retained) | set(heads))
+        for partition in known:
+            if rng.partitions and partition not in rng.partitions:
+                continue
+            low, high = retained.get(partition, (None, None))
+            head = heads.get(partition, high)
+            first, last = rng.first(topic, partition), rng.last(topic, partition)
+            if rng.by_time:
+                if low is None or high is None:
+                    continue
+                first = low if first is None else max(first, low)
+                last = high if last is None else min(last, high)
+            else:
+                if first is None:
+                    if low is None:
+                        continue  # nothing retained, nothing asked for: the partition is empty
+                    first = low
+                last = head if last is None or head is None else min(last, head)
+            if last is not None and first <= last:
+                splits.extend(split_range(topic, partition, first, last, rows_per_split))
     return splits
 
 
-def read_split(alias: str, split: Split, rng: Range, parse_payload: bool) -> Iterator[tuple[Any, ...]]:
-    """Yield the rows of one split in offset order, ``FETCH_ROWS`` per query."""
+def read_split(alias: str, split: Split, rng: Range, spec: ReadSpec) -> Iterator[tuple[Any, ...]]:
+    """Yield the rows of one split in offset order, ``FETCH_ROWS`` per query, checking for holes."""
     from ..store.log import LogStore
 
     rows = LogStore(alias).read_range(
         split.topic, split.partition, split.first, split.last, log_filter(rng), fetch_rows=FETCH_ROWS
     )
+    if not rng.by_time:
+        on_purpose = split.topic.endswith(spec.dlq_suffix)
+        rows = checked(
+            rows,
+            split.topic,
+            split.partition,
+            split.first,
+            split.last,
+            fail=spec.fail_on_data_loss,
+            on_purpose=on_purpose,
+        )
+    from django.db import connections
+
+    # PostgreSQL's jsonb prints its own text form ({"n": 5}, with spaces): compact it, so a
+    # read returns the same text on every database (jsonb keeps no key order: its own order).
+    compact = connections[alias].vendor == "postgresql"
     for row in rows:
-        payload = _json_text(row[5])
-        yield (*row[:5], json.loads(payload) if parse_payload else payload, _json_text(row[6]), *row[7:])
+        text = _json_text(row[5], compact)
+        metadata = _json_text(row[6], compact)
+        if spec.parser is None:
+            yield (*row[:5], text, metadata, *row[7:])
+            continue
+
+        def where(row: tuple[Any, ...] = row) -> str:
+            return f"message id {row[4]!r} (topic {row[0]!r}, partition {row[1]}, offset {row[2]})"
+
+        parsed = spec.parser.parse(text, where)
+        if parsed is None:
+            continue  # DROPMALFORMED
+        payload, corrupt = parsed
+        out = (*row[:5], payload, metadata, *row[7:])
+        yield (*out, corrupt) if spec.corrupt_column else out
 
 
-def _json_text(value: Any) -> str:
-    """JSON columns come back as text (MySQL, SQLite) or decoded (PostgreSQL): return text."""
+def _json_text(value: Any, compact: bool = False) -> str:
+    """JSON columns come back as text or decoded, by driver: return compact text."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode()
+        value = bytes(value).decode()
     if isinstance(value, str):
-        return value
+        if not compact:
+            return value
+        value = json.loads(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def topic_selection(options: Mapping[str, str]) -> tuple[list[str], re.Pattern[str] | None]:
+    """Return the topics (``topic``) or the pattern (``subscribePattern``) of a read: exactly one."""
+    pattern = get_str(options, "subscribePattern").strip()
+    has_topic = bool(get_str(options, "topic").strip())
+    if pattern and has_topic:
+        raise SparkOptionError("give option 'topic' (or 'subscribe') or 'subscribePattern', not both.")
+    if pattern:
+        try:
+            return [], re.compile(pattern)
+        except re.error as exc:
+            raise SparkOptionError(f"option 'subscribePattern' is not a valid regular expression: {exc}") from None
+    return get_topics(options), None
+
+
+def matching_topics(alias: str, pattern: re.Pattern[str]) -> list[str]:
+    """The topics of the log (with sequenced partitions, or registered) that ``pattern`` matches whole."""
+    from ..store.log import LogStore
+
+    return sorted(t for t in LogStore(alias).known_topics() if pattern.fullmatch(t))
 
 
 class MessageReader(DataSourceReader):
     """The batch reader of the ``sqlqueue`` data source."""
 
-    def __init__(self, options: Mapping[str, str], parse_payload: bool) -> None:
-        self.options = dict(options)
-        self.topics = get_topics(options)
-        self.range = Range.from_options(options)
-        self.rows_per_split = get_int(options, "rowsPerSplit", 100_000, minimum=1) or 100_000
-        self.sequence = get_bool(options, "sequence", True)
-        self.parse_payload = parse_payload
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        self.options = check_options(options, "batch read")
+        self.topics, self.pattern = topic_selection(self.options)
+        self.range = Range.from_options(self.options)
+        self.rows_per_split = get_int(self.options, "rowsPerSplit", 100_000, minimum=1) or 100_000
+        self.sequence = get_bool(self.options, "sequence", True)
+        self.spec = ReadSpec.from_options(self.options, schema)
 
     def partitions(self) -> Sequence[InputPartition]:
         with database(self.options) as alias:
+            topics = self.topics if self.pattern is None else matching_topics(alias, self.pattern)
             if self.sequence:
-                run_sequencer(alias, self.topics)
-            return plan(alias, self.topics, self.range, self.rows_per_split)
+                run_sequencer(alias, topics)
+            rng = self.range
+            if rng.start_times is not None:
+                starts = {topic: positions_by_time(alias, topic, rng.start_times) for topic in topics}
+                rng = replace(rng, starts=starts, start_times=None)
+            return plan(alias, topics, rng, self.rows_per_split)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         if not isinstance(partition, Split):
             return  # Spark plans one empty partition when there are no splits
         with database(self.options) as alias:
-            yield from read_split(alias, partition, self.range, self.parse_payload)
+            yield from read_split(alias, partition, self.range, self.spec)
 
 
 def run_sequencer(alias: str, topics: Sequence[str]) -> None:

@@ -23,8 +23,11 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
 COLUMN_NAMES = tuple(name for name, _ in MESSAGE_COLUMNS)
 
 
-def message_schema(payload_schema: str = "") -> str:
+def message_schema(payload_schema: str = "", corrupt_column: str = "") -> str:
     """Return the DDL schema of a read; ``payload`` has type ``payload_schema`` when given.
+
+    ``corrupt_column`` (``payloadSchema`` with ``mode=PERMISSIVE``) adds a string column
+    last: the raw payload of a message that did not fit ``payload_schema``, else NULL.
 
     A DDL string, not a StructType: Spark parses it in the JVM (building a StructType from
     a DDL string in Python needs a SparkContext, which a data source's worker has not).
@@ -34,4 +37,6 @@ def message_schema(payload_schema: str = "") -> str:
         if name == "payload" and payload_schema:
             type_name = payload_schema
         columns.append(f"`{name}` {type_name}")
+    if corrupt_column:
+        columns.append(f"`{corrupt_column}` string")
     return ", ".join(columns)

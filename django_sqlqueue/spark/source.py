@@ -13,6 +13,7 @@ from pyspark.sql.datasource import (
 )
 
 from .options import SparkOptionError, get_str
+from .payload import parse_mode
 from .schema import message_schema
 
 
@@ -31,12 +32,18 @@ class SQLQueueDataSource(DataSource):
         return get_str(self.options, "payloadSchema")
 
     def schema(self) -> Any:
-        return message_schema(self._payload_schema())
+        from .reader import corrupt_column_name
+
+        payload_schema = self._payload_schema()
+        corrupt = ""
+        if payload_schema and parse_mode(get_str(self.options, "mode")) == "PERMISSIVE":
+            corrupt = corrupt_column_name(self.options)
+        return message_schema(payload_schema, corrupt)
 
     def reader(self, schema: Any) -> DataSourceReader:
         from .reader import MessageReader
 
-        return MessageReader(self.options, parse_payload=bool(self._payload_schema()))
+        return MessageReader(self.options, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from .writer import MessageWriter
@@ -48,7 +55,7 @@ class SQLQueueDataSource(DataSource):
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         from .stream import MessageStreamReader
 
-        return MessageStreamReader(self.options, parse_payload=bool(self._payload_schema()))
+        return MessageStreamReader(self.options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         from .writer import MessageStreamWriter

@@ -30,6 +30,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .options import SparkOptionError, get_int, get_str, get_topics
+from .optionset import check_options
 from .runtime import database
 
 DEFAULT_BATCH_SIZE = 2000
@@ -134,11 +135,18 @@ class Publisher:
     """Publishes the rows of one task (shared by the batch and the streaming writer)."""
 
     def __init__(self, options: Mapping[str, str], schema: Any, *, streaming: bool) -> None:
-        self.options = dict(options)
+        from ..exceptions import InvalidMessage
+        from ..validation import validate_topic
+
+        options = self.options = check_options(options, "write")
         topics = get_topics(options)
         if len(topics) != 1:
             raise SparkOptionError(f"sqlqueue write: give exactly one topic, got {', '.join(topics)}.")
-        self.topic = topics[0]
+        try:
+            # The very check of publish(): a publisher's topic is at most MAX_TOPIC_LENGTH.
+            self.topic = validate_topic(topics[0])
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"sqlqueue write: {exc}") from None
         self.columns, self.id_mode = resolve_columns(schema, options, need_id=not streaming)
         self.batch_size = get_int(options, "batchSize", DEFAULT_BATCH_SIZE, minimum=1) or DEFAULT_BATCH_SIZE
         self.id_prefix = get_str(options, "idPrefix", self.topic)
@@ -181,19 +189,36 @@ class Publisher:
         return PublishedCount(created, existing)
 
     def _prepare(self, row: Any, position: int, row_id: Any, max_bytes: int) -> Any:
+        """Validate one row with ``publish()``'s own code; errors name the row by id, key and position."""
+        from ..exceptions import InvalidMessage
+
+        c = self.columns
+        raw_id = row[c.id] if c.id is not None else None
+        raw_key = row[c.key] if c.key is not None else None
+        named = [f"row {position} of this task"]
+        if raw_id is not None:
+            named.append(f"id {str(raw_id)[:200]!r}")
+        if raw_key not in (None, ""):
+            named.append(f"key {str(raw_key)[:200]!r}")
+        where = ", ".join(named)
+        try:
+            return self._prepare_row(row, position, row_id, max_bytes)
+        except InvalidMessage as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+
+    def _prepare_row(self, row: Any, position: int, row_id: Any, max_bytes: int) -> Any:
         from ..exceptions import InvalidMessage
         from ..validation import prepare_message
 
         c = self.columns
-        where = f"row {position} of this task"
         payload = row[c.payload]
         if payload is None:
-            raise InvalidMessage(f"{where}: the payload is NULL.")
+            raise InvalidMessage("the payload is NULL.")
         if c.payload_is_text:
             try:
                 payload = json.loads(payload)
             except ValueError as exc:
-                raise InvalidMessage(f"{where}: the payload column is not valid JSON: {exc}") from exc
+                raise InvalidMessage(f"the payload column is not valid JSON: {exc}") from exc
         elif self.payload_converter is not None:
             payload = self.payload_converter(payload)
         metadata = row[c.metadata] if c.metadata is not None else None
@@ -202,7 +227,7 @@ class Publisher:
                 try:
                     metadata = json.loads(metadata)
                 except ValueError as exc:
-                    raise InvalidMessage(f"{where}: the metadata column is not valid JSON: {exc}") from exc
+                    raise InvalidMessage(f"the metadata column is not valid JSON: {exc}") from exc
             elif self.metadata_converter is not None:
                 metadata = self.metadata_converter(metadata)
         key = row[c.key] if c.key is not None else ""
@@ -210,15 +235,13 @@ class Publisher:
         message_id = row[c.id] if c.id is not None else None
         if message_id is None:
             if self.id_mode == "content":
-                probe = prepare_message(payload, key=key, id="x", max_payload_bytes=max_bytes, position=where)
+                probe = prepare_message(payload, key=key, id="x", max_payload_bytes=max_bytes)
                 message_id = content_id(self.topic, probe.key, probe.payload_json)
             elif row_id is not None:
                 message_id = row_id(position)
             else:
-                raise InvalidMessage(f"{where}: the id is NULL (give every row an id, or use idMode=content).")
-        return prepare_message(
-            payload, key=key, id=message_id, metadata=metadata, max_payload_bytes=max_bytes, position=where
-        )
+                raise InvalidMessage("the id is NULL (give every row an id, or use idMode=content).")
+        return prepare_message(payload, key=key, id=message_id, metadata=metadata, max_payload_bytes=max_bytes)
 
 
 class MessageWriter(DataSourceArrowWriter):

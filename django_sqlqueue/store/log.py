@@ -153,6 +153,11 @@ class LogStore(StoreBase):
         rows = self._fetchall(f"SELECT {self.P}, head_offset FROM queue_partitions WHERE topic = %s", [topic])
         return {int(partition): int(head) for partition, head in rows}
 
+    def known_topics(self) -> list[str]:
+        """Return the topics with sequenced partitions (a head row) or registered, sorted."""
+        rows = self._fetchall("SELECT topic FROM queue_partitions UNION SELECT topic FROM queue_topics")
+        return sorted({r[0] for r in rows})
+
     def seq_bounds(
         self,
         topics: Sequence[str],

@@ -140,7 +140,8 @@ class PositionStore(StoreBase):
         delete the partition's delivery state, so every message above the new watermark
         is delivered again, acked or not; fast-forward: delete the delivery state at or
         below the new watermark and keep it above (acked stays acked, a retry keeps its
-        count); (4) write the watermark, creating the row if the group had none.
+        count); (4) write the watermark, creating the row if the group had none (even
+        when the watermark does not move: a seek creates a group new on the topic).
         """
         P, d = self.P, self.dialect
         with transaction.atomic(using=self.using):
@@ -149,9 +150,18 @@ class PositionStore(StoreBase):
                 f"AND {P} IN ({in_list(partitions)})",
                 [group, topic, *partitions],
             )
-            plan = replan(self.group_watermarks(group, topic, lock=True))
+            marks = self.group_watermarks(group, topic, lock=True)
+            plan = replan(marks)
             for row in plan.partitions:
                 if row.target == row.watermark:
+                    if row.partition not in marks:
+                        # A group new on the topic: its row is written even when nothing moves,
+                        # so the group exists (and holds GC) from now on.
+                        self._execute(
+                            f"INSERT INTO queue_offsets (consumer_group, topic, {P}, offset_acked, updated_at) "
+                            f"VALUES (%s, %s, %s, %s, {d.now_sql})",
+                            [group, topic, row.partition, row.target],
+                        )
                     continue
                 sql = f"DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND {P} = %s"
                 params: list[object] = [group, topic, row.partition]
@@ -198,6 +208,24 @@ class PositionStore(StoreBase):
                     [group, topic, part, mark],
                 )
         return marks
+
+    def set_watermarks(self, group: str, topic: str, marks: dict[int, int]) -> None:
+        """Write ``group``'s watermarks on ``topic`` (create the rows a new group lacks).
+
+        For a consumer that keeps its own position -- a Spark stream with option
+        ``group``, whose checkpoint is the truth -- and holds no lease: nothing to fence.
+        One upsert per partition, in partition order (the order the workers lock them in).
+        """
+        d = self.dialect
+        with transaction.atomic(using=self.using):
+            for part in sorted(marks):
+                self._execute(
+                    f"INSERT INTO queue_offsets (consumer_group, topic, {self.P}, offset_acked, updated_at) "
+                    f"VALUES (%s, %s, %s, %s, {d.now_sql}) "
+                    f"{d.on_conflict_update(['consumer_group', 'topic', 'partition'])} "
+                    f"offset_acked = {d.excluded('offset_acked')}, updated_at = {d.excluded('updated_at')}",
+                    [group, topic, int(part), int(marks[part])],
+                )
 
     # -- pause -------------------------------------------------------------------------------
 

@@ -28,3 +28,19 @@ def stored(topic: str) -> list[dict[str, Any]]:
 
 def reader(spark: Any, options: dict[str, str], topic: str, **extra: str) -> Any:
     return spark.read.format("sqlqueue").options(**options).option("topic", topic).options(**extra).load()
+
+
+def stream(spark: Any, options: dict[str, str], topic: str, **extra: str) -> Any:
+    return spark.readStream.format("sqlqueue").options(**options).option("topic", topic).options(**extra).load()
+
+
+def run_to_parquet(df: Any, out: Any, checkpoint: Any) -> list[dict[str, Any]]:
+    """Run a streaming query into Parquet until it has read everything available; return its progress."""
+    query = (
+        df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint)).start()
+    )
+    try:
+        query.processAllAvailable()
+        return list(query.recentProgress)
+    finally:
+        query.stop()

@@ -153,11 +153,34 @@ def test_write_bad_json_fails_with_a_clear_error_and_writes_nothing(spark, queue
     df = spark.createDataFrame([("1", '{"a": 1}'), ("2", "{not json")], "id string, payload string").coalesce(1)
     with pytest.raises(Exception) as info:
         df.write.format("sqlqueue").options(**queue_options).option("topic", "bad").mode("append").save()
-    assert "InvalidMessage" in str(info.value) and "row 1 of this task: the payload column is not valid JSON" in str(
-        info.value
-    )
+    assert "InvalidMessage" in str(info.value)
+    assert "row 1 of this task, id '2': the payload column is not valid JSON" in str(info.value)
     assert Message.objects.filter(topic="bad").count() == 0
     assert issubclass(InvalidMessage, Exception)
+
+
+def test_write_validates_as_publish_does(spark, queue_options):
+    """The writer runs publish()'s own checks: a 140-character topic is refused (the maximum
+    is 128), and a bad row is named by its id and key as well as its position."""
+    df = spark.createDataFrame([(str(i), "k", '{"a": 1}') for i in range(10)], "id string, key string, payload string")
+    long_topic = "t" * 140
+    with pytest.raises(Exception, match="topic is 140 characters long; the maximum is 128"):
+        df.write.format("sqlqueue").options(**queue_options).option("topic", long_topic).mode("append").save()
+    assert Message.objects.filter(topic=long_topic).count() == 0
+    from django_sqlqueue.publisher import publish
+
+    with pytest.raises(InvalidMessage, match="topic is 140 characters long; the maximum is 128"):
+        publish(long_topic, {"a": 1})
+
+    bad_key = spark.createDataFrame(
+        [("ok", "k", '{"a": 1}'), ("order-17", " padded", '{"a": 2}')], "id string, key string, payload string"
+    ).coalesce(1)
+    with pytest.raises(Exception) as info:
+        bad_key.write.format("sqlqueue").options(**queue_options).option("topic", "keys").mode("append").save()
+    assert "row 1 of this task, id 'order-17', key ' padded': key ' padded' must not start or end with whitespace" in (
+        str(info.value)
+    )
+    assert Message.objects.filter(topic="keys").count() == 0
 
 
 def _pid_of_local_port(port: int) -> int | None:
