@@ -73,16 +73,20 @@ class Listener(ServiceThread):
         outage: OutageReporter,
         wake: Callable[[], None],
         on_connected: Callable[[bool], None],
+        wanted: Callable[[str, int], bool] | None = None,
         name: str,
         reconnect_interval: float,
     ) -> None:
-        """``wake()`` is called for each notification; ``on_connected(True/False)`` when the
+        """``wake()`` is called for each notification that ``wanted(channel, partition)``
+        accepts (default: all; a notification's payload is the message's partition, and a
+        worker wants those of the partitions it leases); ``on_connected(True/False)`` when the
         listener starts or stops listening; ``reconnect_interval``: seconds between attempts
         to reconnect a lost connection."""
         super().__init__(using=using, outage=outage, stop_timeout=5.0)
         self.channels = sorted({channel_for(t) for t in topics})
         self.wake = wake
         self.on_connected = on_connected
+        self.wanted = wanted
         self.name = name
         self.reconnect_interval = max(1.0, reconnect_interval)
         #: Set while the connection listens (for tests and the status of the worker).
@@ -144,6 +148,17 @@ class Listener(ServiceThread):
                         logger.debug("closing the listener's connection failed", exc_info=True)
             self.stop_event.wait(self.reconnect_interval)
 
+    def _wants(self, channel: bytes, payload: bytes) -> bool:
+        """Whether a notification concerns this worker: a partition it leases (an empty or
+        unreadable payload, from another version's publisher, always does)."""
+        if self.wanted is None:
+            return True
+        try:
+            partition = int(payload)
+        except ValueError:
+            return True
+        return self.wanted(channel.decode(errors="replace"), partition)
+
     def _report(self, exc: BaseException, what: str) -> None:
         """One WARNING per run of failures (the next ones at DEBUG), so that a listener that
         cannot get a connection for an hour does not log one line per attempt."""
@@ -200,9 +215,9 @@ class Listener(ServiceThread):
             if pgconn.socket in ready:
                 pgconn.consume_input()  # raises psycopg.OperationalError on a lost connection
                 woke = False
-                while pgconn.notifies() is not None:
+                while (notice := pgconn.notifies()) is not None:
                     self.received += 1
-                    woke = True
+                    woke = woke or self._wants(notice.relname, notice.extra)
                 if woke:
                     self.wake()
                 if pgconn.status != 0:  # CONNECTION_OK

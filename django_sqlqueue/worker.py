@@ -64,6 +64,7 @@ from .instruments import NO_INSTRUMENTS, Instruments
 from .leasing import LeaseKeeper
 from .notifications import Listener
 from .notifications import supported as notifications_supported
+from .notify_channels import channel_for
 from .outage import OutageReporter, is_unreachable
 from .poller import Poller
 from .probe import Probe
@@ -139,6 +140,7 @@ class Worker:
                 outage=self.outage,
                 wake=self.wakeup.set,
                 on_connected=self._listening,
+                wanted=self._leases,
                 name=name,
                 reconnect_interval=self.conf.POLL_INTERVAL_MAX,
             )
@@ -271,6 +273,11 @@ class Worker:
         if self.crashed is None:
             self.crashed = service
         self.stop()
+
+    def _leases(self, channel: str, partition: int) -> bool:
+        """Whether this worker leases ``partition`` of the topic of ``channel`` (the listener
+        wakes the poll loop for those only; called on the listener's thread)."""
+        return any(channel_for(sub.topic) == channel and partition in sub.held for sub in self.subscriptions)
 
     def _listening(self, connected: bool) -> None:
         """The listener started (True) or stopped (False) listening: while it listens, new

@@ -110,10 +110,12 @@ def test_only_a_committed_publish_notifies_its_topic_channel():
             raise RolledBack
         assert [n.channel for n in raw.notifies(timeout=0.5)] == []
         with transaction.atomic():
-            for i in range(5):  # one transaction, five messages: one notification
-                publish(TOPIC, {"n": i}, key=f"k{i}")
+            # One transaction, ten messages: one notification per partition, its payload.
+            sent = [publish(TOPIC, {"n": i}, key=f"k{i % 5}") for i in range(10)]
             publish("other.topic", {"n": 0})
-        assert [n.channel for n in raw.notifies(timeout=0.5)] == [channel_for(TOPIC)]
+        notices = list(raw.notifies(timeout=0.5))
+        assert {n.channel for n in notices} == {channel_for(TOPIC)}
+        assert sorted(int(n.payload) for n in notices) == sorted({m.partition for m in sent})
     finally:
         raw.close()
 
@@ -131,3 +133,47 @@ def test_notify_false_publishes_without_notifying(settings):
         assert [n.channel for n in raw.notifies(timeout=0.5)] == []
     finally:
         raw.close()
+
+
+@postgresql_only
+@pytest.mark.slow
+def test_a_worker_is_woken_only_for_the_partitions_it_leases(runconsumer):
+    from django_sqlqueue.models import PartitionLease
+
+    w1 = runconsumer("w1", "--group", "g1", settings="tests.process_settings_notify")
+    w2 = runconsumer("w2", "--group", "g1", settings="tests.process_settings_notify")
+
+    def balanced() -> bool:
+        owners = list(PartitionLease.objects.filter(consumer_group="g1", topic=TOPIC).values_list("leased_by", flat=True))
+        return len(owners) == 8 and owners.count("w1") == 4
+
+    wait_until(balanced, 40, "4 partitions each", show=w1.log)
+    wait_until(lambda: len(listeners()) == 2, 20, "both listeners", show=w1.log)
+    time.sleep(1.0)
+    for i in range(6):
+        message = publish(TOPIC, {"n": i}, key=f"k{i}")
+        # Woken at once whoever leases it (the other worker ignores the notification).
+        wait_until(lambda m=message: handled(m.id), 5, f"message {i} handled", interval=0.02, show=w1.log)
+
+
+def test_the_listener_wakes_its_worker_only_for_the_partitions_it_wants():
+    from django_sqlqueue.notifications import Listener
+    from django_sqlqueue.outage import OutageReporter
+
+    woke: list[int] = []
+    listener = Listener(
+        ["t"],
+        using="default",
+        outage=OutageReporter(alias="default", report_interval=30),
+        wake=lambda: woke.append(1),
+        on_connected=lambda connected: None,
+        wanted=lambda channel, partition: channel == "sqlqueue.t" and partition in {1, 3},
+        name="w",
+        reconnect_interval=1,
+    )
+    try:
+        assert listener._wants(b"sqlqueue.t", b"3")
+        assert not listener._wants(b"sqlqueue.t", b"2")
+        assert listener._wants(b"sqlqueue.t", b"")  # an older publisher's empty payload: wake
+    finally:
+        listener.stop()

@@ -28,14 +28,18 @@ class PostgreSQLDialect(Dialect):
         notify: str | None = None,
     ) -> set[str]:
         """The INSERT, and with ``notify`` a ``pg_notify`` of that channel in the same
-        statement (no extra round trip). PostgreSQL queues a notification with the
-        transaction and delivers it only if the transaction commits; the copies that
-        several rows (or several publishes of one transaction) send are folded into one."""
+        statement (no extra round trip), its payload the message's partition. PostgreSQL
+        queues a notification with the transaction and delivers it only if the transaction
+        commits; the copies that several rows of a partition (or several publishes of one
+        transaction) send are folded into one."""
         if notify is None:
             return super().execute_insert(cursor, sql, params, ids, skip_duplicates)
         conflict = " ON CONFLICT (topic, id) DO NOTHING" if skip_duplicates else ""
+        # The payload is the message's partition: a listener wakes its worker only for the
+        # partitions it leases (PostgreSQL folds the copies of one partition into one).
         cursor.execute(
-            f"WITH ins AS ({sql}{conflict} RETURNING id) SELECT ins.id, pg_notify(%s, '') FROM ins",
+            f'WITH ins AS ({sql}{conflict} RETURNING id, "partition") '
+            'SELECT ins.id, pg_notify(%s, ins."partition"::text) FROM ins',
             [*params, notify],
         )
         inserted = {row[0] for row in cursor.fetchall()}
