@@ -103,4 +103,3 @@ def test_with_notifications_every_round_is_a_full_poll():
     clock.now += cadence.after_round(delivered=False, more=False)
     assert not cadence.hot
     assert cadence.full_poll_due(woken=False)
-

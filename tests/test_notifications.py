@@ -141,10 +141,11 @@ def test_a_worker_is_woken_only_for_the_partitions_it_leases(runconsumer):
     from django_sqlqueue.models import PartitionLease
 
     w1 = runconsumer("w1", "--group", "g1", settings="tests.process_settings_notify")
-    w2 = runconsumer("w2", "--group", "g1", settings="tests.process_settings_notify")
+    runconsumer("w2", "--group", "g1", settings="tests.process_settings_notify")
 
     def balanced() -> bool:
-        owners = list(PartitionLease.objects.filter(consumer_group="g1", topic=TOPIC).values_list("leased_by", flat=True))
+        leases = PartitionLease.objects.filter(consumer_group="g1", topic=TOPIC)
+        owners = list(leases.values_list("leased_by", flat=True))
         return len(owners) == 8 and owners.count("w1") == 4
 
     wait_until(balanced, 40, "4 partitions each", show=w1.log)
