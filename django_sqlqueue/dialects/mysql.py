@@ -28,7 +28,6 @@ class MySQLDialect(Dialect):
     # UTC_TIMESTAMP does not depend on the session time zone (Django stores UTC).
     now_sql = "UTC_TIMESTAMP(6)"
     begin_sql = "START TRANSACTION"
-    lean_transactions = True
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
     # MariaDB has no FOR SHARE; both understand the older spelling.
     for_share = "LOCK IN SHARE MODE"
@@ -104,13 +103,7 @@ class MySQLDialect(Dialect):
         return isinstance(exc, IntegrityError) and bool(exc.args) and exc.args[0] == ER_DUP_ENTRY
 
     def insert_chunk(
-        self,
-        cursor: Any,
-        topic: str,
-        chunk: Sequence[MessageRow],
-        plan: InsertPlan,
-        skip_duplicates: bool,
-        notify: str | None = None,
+        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
     ) -> set[str]:
         """A plain INSERT; a duplicate id is found after the fact.
 
