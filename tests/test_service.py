@@ -46,6 +46,9 @@ def test_a_service_thread_that_crashes_reports_its_death_with_the_error(caplog):
     service = Crashing(after=0.01)
     service.start(on_death=lambda s: died.set())
     assert died.wait(5)
+    # on_death runs on the dying thread, just before it ends: wait for the end before asking.
+    assert service._thread is not None
+    service._thread.join(5)
     assert service.died and not service.is_alive()
     assert isinstance(service.error, RuntimeError) and str(service.error) == "bug in the service"
     assert "crashing service thread died: RuntimeError: bug in the service" in caplog.text
