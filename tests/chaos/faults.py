@@ -237,6 +237,9 @@ class FaultRun:
         try:
             self.supervisor.stop()
         finally:
+            if keep:  # every worker's log beside the records, for the post-mortem
+                for process in self.supervisor.every:
+                    (self.directory / f"worker-{process.name}-{process.pid}.log").write_text(process.log())
             self.supervisor.cleanup()
             self.server.cleanup()
             if not keep:

@@ -286,7 +286,11 @@ class ChaosRun(FaultRun):
         paused: Record | None = None
         while paused is None:
             self.ledger.refresh()
-            paused = next((r for r in self.ledger.records if r.kind == "pause" and r.pid == process.pid), None)
+            # This request's pause: a process paused in a handler before has an older record.
+            paused = next(
+                (r for r in self.ledger.records if r.kind == "pause" and r.pid == process.pid and r.start >= asked),
+                None,
+            )
             if paused is None and (time.monotonic() > deadline or not process.alive()):
                 try:
                     request.unlink()

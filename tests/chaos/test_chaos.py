@@ -87,4 +87,4 @@ def test_nothing_is_lost_and_order_holds_under_chaos(kind: str, chaos_report: Ca
                 print(process.log()[-3000:])
             print("----- server log -----")
             print(run.server.log_tail())
-        run.cleanup(keep=failed)
+        run.cleanup(keep=failed or bool(os.environ.get("CHAOS_KEEP")))
