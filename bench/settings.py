@@ -5,7 +5,8 @@ Environment (all optional):
 - ``DATABASE_URL``: the database (read by ``testproject.settings``; ``bench/consume.py`` points
   it at the dedicated ``sqlqueue_bench`` database);
 - ``SQLQUEUE_POLL_INTERVAL`` (default 0.01), ``SQLQUEUE_POLL_INTERVAL_MAX`` (default 0.05),
-  ``SQLQUEUE_BATCH_SIZE`` (default 100);
+  ``SQLQUEUE_BATCH_SIZE`` (default 100), ``SQLQUEUE_NOTIFY`` (default on: PostgreSQL's
+  notifications);
 - ``BENCH_PARTITIONS`` (default 8): partitions of the benchmark topics ``bench.drain`` and
   ``bench.latency`` (``SQLQUEUE["TOPICS"]``); keys are hashed to them;
 - ``BENCH_CONN_MAX_AGE``: Django's ``CONN_MAX_AGE`` for the worker's connection ("none" = keep
@@ -29,9 +30,11 @@ if _conn_max_age:
 SQLQUEUE = {
     "POLL_INTERVAL": env.float("SQLQUEUE_POLL_INTERVAL", default=0.01),
     "POLL_INTERVAL_MAX": env.float("SQLQUEUE_POLL_INTERVAL_MAX", default=0.05),
-    "LEASE_DURATION": 10,
-    "LEASE_RENEW_INTERVAL": 1,
+    # bench/wakeup.py's idle phase: BENCH_DEFAULT_LEASES=1 keeps SQLQUEUE's defaults (30 s / 10 s).
+    **({} if env.bool("BENCH_DEFAULT_LEASES", default=False) else {"LEASE_DURATION": 10, "LEASE_RENEW_INTERVAL": 1}),
     "BATCH_SIZE": env.int("SQLQUEUE_BATCH_SIZE", default=100),
+    # bench/wakeup.py: notifications on PostgreSQL (SQLQUEUE_NOTIFY=0: polling only).
+    "NOTIFY": env.bool("SQLQUEUE_NOTIFY", default=True),
     "TOPICS": {
         topic: {"partitions": env.int("BENCH_PARTITIONS", default=8)} for topic in ("bench.drain", "bench.latency")
     },

@@ -16,6 +16,8 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
   the handler returns: up to N more, after which the worker exits;
 - **1 for the scheduler** thread, when the worker fires schedules (``SQLQUEUE["SCHEDULES"]``
   is not empty and ``--no-schedules`` is not given);
+- **1 for the notification listener** on PostgreSQL (``SQLQUEUE["NOTIFY"]``, the default):
+  a connection that LISTENs for new messages of the worker's topics (``notifications.py``);
 - **1 for the tasks backend's running marks** (``tasks/marks.py``), only in a process that
   runs a ``django.tasks`` task longer than ``OPTIONS["MARK_RUNNING_AFTER"]``: it writes such
   tasks' result rows RUNNING while they run, and closes its connection when idle;
@@ -56,10 +58,12 @@ class ConnectionBudget:
     handler_threads: int = 0
     scheduler: int = 0
     async_thread: int = 0
+    listener: int = 0
 
     @property
     def total(self) -> int:
-        return self.poll_loop + self.lease_keeper + self.handler_threads + self.scheduler + self.async_thread
+        threads = self.handler_threads + self.scheduler + self.async_thread + self.listener
+        return self.poll_loop + self.lease_keeper + threads
 
     def describe(self) -> str:
         """``poll loop 1 + lease keeper 1 + handler threads 4 = 6``: the parts that are not 0."""
@@ -69,6 +73,7 @@ class ConnectionBudget:
             ("handler threads", self.handler_threads),
             ("scheduler", self.scheduler),
             ("async handlers' thread", self.async_thread),
+            ("notification listener", self.listener),
         ]
         return " + ".join(f"{what} {n}" for what, n in parts if n) + f" = {self.total}"
 
@@ -79,18 +84,21 @@ def connection_budget(
     scheduler: bool,
     async_handlers: bool,
     handler_threads: bool | None = None,
+    listener: bool = False,
 ) -> ConnectionBudget:
     """Return the budget of a worker run with ``--concurrency concurrency``.
 
     ``scheduler``: the worker fires schedules; ``async_handlers``: one of its handlers is
     ``async def``; ``handler_threads``: batches run on handler threads (the default:
-    ``concurrency`` > 1; a worker whose handlers have a timeout uses one even with 1).
+    ``concurrency`` > 1; a worker whose handlers have a timeout uses one even with 1);
+    ``listener``: it listens for notifications (PostgreSQL).
     """
     threaded = concurrency > 1 if handler_threads is None else handler_threads or concurrency > 1
     return ConnectionBudget(
         handler_threads=concurrency if threaded else 0,
         scheduler=1 if scheduler else 0,
         async_thread=1 if async_handlers else 0,
+        listener=1 if listener else 0,
     )
 
 

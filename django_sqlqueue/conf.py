@@ -89,6 +89,10 @@ class QueueSettings:
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
     PARTITIONS: int = DEFAULT_PARTITIONS
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
+    #: PostgreSQL: publishes NOTIFY their topic's channel and each worker LISTENs on one
+    #: extra connection, so a new message wakes it at once (django_sqlqueue.notifications).
+    #: Ignored on MySQL/MariaDB and SQLite, which have no notifications.
+    NOTIFY: bool = True
     #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.
     METRICS_TOKEN: str | None = None
     #: Health thresholds of ``queue_health`` and the console's overview (django_sqlqueue.ops.health):
@@ -231,6 +235,8 @@ def validate(raw: Any) -> list[Problem]:
                     hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
                 )
             )
+    if "NOTIFY" in raw and not isinstance(raw["NOTIFY"], bool):
+        problems.append(Problem("sqlqueue.E014", f"SQLQUEUE['NOTIFY'] must be True or False, got {raw['NOTIFY']!r}."))
     if "HEALTH" in raw:
         problems += _validate_health(raw["HEALTH"])
     if "TOPICS" in raw:

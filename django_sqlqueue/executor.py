@@ -122,8 +122,11 @@ class PartitionExecutor:
         *,
         name: str = "sqlqueue-handler",
         on_death: Callable[[DeadThread], None] | None = None,
+        finished: threading.Event | None = None,
     ) -> None:
-        """``on_death(dead)`` is called on a handler thread that dies (see the module docstring)."""
+        """``on_death(dead)`` is called on a handler thread that dies (see the module docstring).
+        ``finished``: the event to set when a batch finishes (the worker passes the one its
+        poll loop sleeps on; default: a new one)."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
@@ -142,7 +145,7 @@ class PartitionExecutor:
         #: Threads abandoned in a handler that overran its timeout and not back yet.
         self._stuck: set[threading.Thread] = set()
         #: Set whenever a batch finishes: the poll loop waits on it instead of sleeping blindly.
-        self.finished = threading.Event()
+        self.finished = finished if finished is not None else threading.Event()
         self._threads: list[threading.Thread] = []
         for _ in range(concurrency):
             self._start_thread()

@@ -56,6 +56,7 @@ import time
 from functools import partial
 
 from .conf import QueueSettings
+from .engine_session import engine_connections
 from .instruments import NO_INSTRUMENTS, Instruments
 from .outage import OutageReporter, is_unreachable
 from .service import ServiceThread
@@ -98,17 +99,18 @@ class LeaseKeeper(ServiceThread):
 
     def body(self) -> None:
         renew = self.conf.LEASE_RENEW_INTERVAL
-        self.announce()
-        self.stop_event.wait(min(STARTUP_SETTLE, self.conf.LEASE_DURATION / 3))
-        next_round = 0.0
-        while not self.stop_event.is_set():
-            if time.monotonic() >= next_round:
-                self.tick()
-                next_round = time.monotonic() + renew
-            else:
-                self.check_membership()
-            wait = min(MEMBERSHIP_CHECK_INTERVAL, next_round - time.monotonic())
-            self.stop_event.wait(max(0.0, wait))
+        with engine_connections(self.using, self.conf.LEASE_DURATION - renew):
+            self.announce()
+            self.stop_event.wait(min(STARTUP_SETTLE, self.conf.LEASE_DURATION / 3))
+            next_round = 0.0
+            while not self.stop_event.is_set():
+                if time.monotonic() >= next_round:
+                    self.tick()
+                    next_round = time.monotonic() + renew
+                else:
+                    self.check_membership()
+                wait = min(MEMBERSHIP_CHECK_INTERVAL, next_round - time.monotonic())
+                self.stop_event.wait(max(0.0, wait))
 
     def announce(self) -> None:
         """Heartbeat every subscription once, so workers starting together count each other."""

@@ -46,6 +46,7 @@ from .conf import QueueSettings, get_settings
 from .dialects import get_dialect
 from .dialects.base import MessageRow
 from .exceptions import ConfigurationError, IdempotencyConflict, InvalidMessage, OutboxWarning, PayloadTooLarge
+from .notify_channels import channel_for
 from .partitioning import partition_for
 from .validation import MAX_ERROR_LENGTH, MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
 
@@ -348,7 +349,10 @@ def write_messages(
             described[message_id] = PublishedMessage(topic, m.key, row.partition, m.id, True)
         if rows:
             try:
-                raced = dialect.insert_messages(cursor, topic, rows, skip_duplicates=bool(explicit))
+                # On PostgreSQL the INSERT also notifies the topic's channel (delivered on
+                # commit only): workers listening for it poll at once (notifications.py).
+                notify = channel_for(topic) if conf.NOTIFY and dialect.supports_notify else None
+                raced = dialect.insert_messages(cursor, topic, rows, skip_duplicates=bool(explicit), notify=notify)
             except OperationalError as exc:
                 if dialect.is_too_large(exc):
                     raise PayloadTooLarge(f"the database server refused the messages as too large: {exc}") from exc

@@ -44,8 +44,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-
 from .conf import get_settings
 from .store.base import StoreBase, in_list
 from .store.topics import TopicStore
@@ -71,7 +69,7 @@ class Sequencer(StoreBase):
 
     def _sequence_chunk(self, topic: str, partitions: list[int], limit: int) -> dict[int, int]:
         d, P, OFF = self.dialect, self.P, self.OFF
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.transaction() as cursor:
             cursor.execute(
                 f"SELECT {P}, head_offset FROM queue_partitions WHERE topic = %s AND {P} IN ({in_list(partitions)}) "
                 f"ORDER BY {P} {d.for_update}",

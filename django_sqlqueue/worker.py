@@ -23,8 +23,10 @@ timeout) the batches run on one handler thread while the poll loop waits. Either
 poll loop is the watchdog of handler timeouts (``watchdog.py``): a handler that stops
 making progress gives its partition up instead of stalling it.
 
-Polling adapts: immediately again after a full batch, ``POLL_INTERVAL`` after a partial
-one, and, while idle, an interval doubling up to ``POLL_INTERVAL_MAX``.
+Polling adapts (``cadence.py``): at once again after a poll that delivered something, then,
+while polls come back empty, waits that start at ``POLL_INTERVAL / 8`` and double up to
+``POLL_INTERVAL_MAX``. A wait ends early when a batch finishes on a handler thread, or, on
+PostgreSQL, when a notification says a consumed topic got a message (``notifications.py``).
 
 This module holds the worker's lifecycle, its cadence and the poll's planning; a batch's
 handlers and outcomes are ``batch.py``, the side threads ``leasing.py`` (leases) and
@@ -42,6 +44,7 @@ import inspect
 import logging
 import threading
 import time
+from contextlib import nullcontext
 from functools import partial
 
 from django.db import connections
@@ -49,18 +52,24 @@ from django.db import connections
 from . import signals
 from .batch import BatchRunner, Stats
 from .budget import ConnectionBudget, connection_budget, room_warning
+from .cadence import Cadence
 from .collector import GarbageCollector
 from .conf import QueueSettings, get_settings
 from .consumers import ConsumerSpec
 from .dbconn import close_quietly, tidy_connections
+from .engine_session import engine_connections
 from .exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from .executor import DeadThread, PartitionExecutor
 from .handlers import HandlerRunner
 from .healthfile import HealthFile
 from .instruments import NO_INSTRUMENTS, Instruments
 from .leasing import LeaseKeeper
+from .notifications import Listener
+from .notifications import supported as notifications_supported
+from .notify_channels import channel_for
 from .outage import OutageReporter, is_unreachable
 from .poller import Poller
+from .probe import Probe
 from .retry import Retrying
 from .scheduler import Scheduler
 from .schedules import Schedule
@@ -109,7 +118,12 @@ class Worker:
         self.store = QueueStore(using or self.conf.DATABASE)
         self.sequencer = Sequencer(self.store.using)
         self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
+        self.probe = Probe(self.store, [sub.topic for sub in self.subscriptions])
         self.stop_event = threading.Event()
+        #: What the poll loop sleeps on between rounds: set by a stop, a batch finishing
+        #: on a handler thread and a notification of new messages.
+        self.wakeup = threading.Event()
+        self.cadence = Cadence(self.conf.POLL_INTERVAL, self.conf.POLL_INTERVAL_MAX)
         self.db = Retrying(self.store.using, self.stop_event)
         # One outage reporter for the poll loop and the side threads (django_sqlqueue.outage).
         self.outage = OutageReporter(alias=self.store.using, report_interval=self.conf.OUTAGE_REPORT_INTERVAL)
@@ -119,6 +133,22 @@ class Worker:
         # Calls sync and async handlers; owns this worker's event loop (django_sqlqueue.handlers).
         self.invoke = HandlerRunner()
         self.scheduler = Scheduler(schedules, using=self.store.using, outage=self.outage) if schedules else None
+        # PostgreSQL: a connection that LISTENs for new messages of the consumed topics and
+        # cuts the poll loop's wait short (notifications.py); polling stays the safety net.
+        self.listener = (
+            Listener(
+                sorted({sub.topic for sub in self.subscriptions}),
+                using=self.store.using,
+                outage=self.outage,
+                wake=self.wakeup.set,
+                on_connected=self._listening,
+                wanted=self._leases,
+                name=name,
+                reconnect_interval=self.conf.POLL_INTERVAL_MAX,
+            )
+            if self.conf.NOTIFY and notifications_supported(self.store.using)
+            else None
+        )
         self.stats = Stats()
         self.batches = BatchRunner(self.store, self.conf, stats=self.stats, stop_event=self.stop_event, db=self.db)
         self.poller = Poller(
@@ -141,13 +171,16 @@ class Worker:
     @property
     def services(self) -> list[ServiceThread]:
         """The side threads this worker runs and supervises."""
-        return [self.keeper] + ([self.scheduler] if self.scheduler is not None else [])
+        return (
+            [self.keeper]
+            + ([self.scheduler] if self.scheduler is not None else [])
+            + ([self.listener] if self.listener is not None else [])
+        )
 
     def stop(self) -> None:
         """Ask the worker to finish the message(s) in hand and shut down gracefully."""
         self.stop_event.set()
-        if self.executor is not None:
-            self.executor.finished.set()  # wake the poll loop
+        self.wakeup.set()  # wake the poll loop
 
     def run(self) -> None:
         """Poll until stopped; then hand back unprocessed messages, leases and heartbeats.
@@ -171,7 +204,9 @@ class Worker:
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
         if self.uses_handler_threads:
-            self.executor = self.poller.executor = PartitionExecutor(self.concurrency, on_death=self._service_died)
+            self.executor = self.poller.executor = PartitionExecutor(
+                self.concurrency, on_death=self._service_died, finished=self.wakeup
+            )
             self.watchdog = self.poller.watchdog = Watchdog(
                 self.executor,
                 self.store,
@@ -182,6 +217,8 @@ class Worker:
             )
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
+        if self.listener is not None:
+            self.listener.start(on_death=self._service_died)
         signals.send(signals.worker_started, Worker, worker=self, name=self.name)
         try:
             self._loop()
@@ -239,6 +276,16 @@ class Worker:
             self.crashed = service
         self.stop()
 
+    def _leases(self, channel: str, partition: int) -> bool:
+        """Whether this worker leases ``partition`` of the topic of ``channel`` (the listener
+        wakes the poll loop for those only; called on the listener's thread)."""
+        return any(channel_for(sub.topic) == channel and partition in sub.held for sub in self.subscriptions)
+
+    def _listening(self, connected: bool) -> None:
+        """The listener started (True) or stopped (False) listening: while it listens, new
+        messages announce themselves and the cadence skips its short looks."""
+        self.cadence.pushed = connected
+
     def _supervise(self) -> None:
         """Notice a side thread that ended without reporting it (the poll loop checks each round)."""
         for service in self.services:
@@ -260,6 +307,7 @@ class Worker:
             handler_threads=self.uses_handler_threads,
             scheduler=self.scheduler is not None,
             async_handlers=any(_is_async(sub.spec.handler) for sub in self.subscriptions),
+            listener=self.listener is not None,
         )
 
     def check_connection_room(self) -> None:
@@ -331,17 +379,46 @@ class Worker:
 
     def _loop(self) -> None:
         conf = self.conf
-        interval = conf.POLL_INTERVAL
+        # A worker frozen inside one of the loop's transactions must not hold its locks
+        # (lease fence, sequencer heads) past the moment its leases may be stolen. Not when
+        # handlers run on this thread (``--concurrency 1`` and no handler timeout): their
+        # own transactions may idle.
+        frozen_guard = (
+            engine_connections(self.store.using, conf.LEASE_DURATION - conf.LEASE_RENEW_INTERVAL)
+            if self.uses_handler_threads
+            else nullcontext()
+        )
+        with frozen_guard:
+            self._rounds()
+
+    def _rounds(self) -> None:
+        conf = self.conf
+        woken = True
         while not self.stop_event.is_set():
             self._supervise()
             if self.watchdog is not None:
                 self.watchdog.check()
             tidy_connections()
-            started = time.monotonic()
+            # This round looks at everything: what woke the loop until now is seen by it;
+            # what sets the event from here on (a batch finishing, a notification that
+            # arrives after its topic was polled) cuts the next wait short.
+            if not self.stop_event.is_set():
+                self.wakeup.clear()
+            # A full poll of every subscription, or, right after work ran out, a look: the
+            # probe (one cheap statement) and a poll of only the topics it saw change. While
+            # work is recent, full rounds take a probe too, as the next look's baseline.
+            full_round = self.cadence.full_poll_due(woken=woken)
+            if self.cadence.hot:
+                changed = self.probe.changed()
+            else:
+                changed = None
+                self.probe.forget()
             full = delivered = False
             for sub in self.subscriptions:
                 if self.stop_event.is_set():
                     break
+                if not full_round and changed is not None and sub.topic not in changed:
+                    continue
                 try:
                     count, was_full = self.poll(sub)
                 except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
@@ -358,35 +435,29 @@ class Worker:
             if executor is not None and executor.free == 0:
                 # Every handler thread has a batch: poll again when one finishes (or a
                 # handler's timeout is due: the watchdog runs at the top of the loop).
-                self._pause(conf.POLL_INTERVAL_MAX)
-                interval = conf.POLL_INTERVAL
+                woken = self._pause(conf.POLL_INTERVAL_MAX)
                 continue
-            if full:
-                interval = conf.POLL_INTERVAL
-                continue
-            if delivered:
-                # Busy: keep a POLL_INTERVAL cadence, counting the time the poll took.
-                interval = conf.POLL_INTERVAL
-                self._pause(max(0.0, interval - (time.monotonic() - started)))
-                continue
-            interval = min(conf.POLL_INTERVAL_MAX, max(interval, conf.POLL_INTERVAL / 2) * 2)
-            self._pause(interval)
+            wait = self.cadence.after_round(delivered=delivered, more=full)
+            woken = self._pause(wait) if wait > 0 else False
 
-    def _pause(self, seconds: float) -> None:
-        """Sleep between polls; with handler threads, wake early when a batch finishes
-        (its partition may have more work, and it is fetchable again), and watch the
-        running handlers' timeouts meanwhile."""
-        executor, watchdog = self.executor, self.watchdog
-        if executor is None or watchdog is None:
-            self.stop_event.wait(seconds)
-            return
+    def _pause(self, seconds: float) -> bool:
+        """Sleep between polls until ``seconds`` pass or :attr:`wakeup` is set (a stop, a
+        batch finishing on a handler thread -- its partition may have more work, and it is
+        fetchable again -- or a notification of new messages); with handler threads, watch
+        the running handlers' timeouts meanwhile. True if woken before the time was up."""
+        if self.stop_event.is_set():
+            return True
+        watchdog = self.watchdog
         end = time.monotonic() + seconds
         while (remaining := end - time.monotonic()) > 0:
-            due = watchdog.next_check()
-            if executor.finished.wait(remaining if due is None else min(remaining, due)):
-                executor.finished.clear()
-                return
-            watchdog.check()
+            due = None if watchdog is None else watchdog.next_check()
+            if self.wakeup.wait(remaining if due is None else min(remaining, due)):
+                if not self.stop_event.is_set():
+                    self.wakeup.clear()
+                return True
+            if watchdog is not None:
+                watchdog.check()
+        return False
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
         """Deliver one batch per partition with work; return (messages handled, any batch full)."""

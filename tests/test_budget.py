@@ -41,15 +41,27 @@ class AsyncCallable:
 def test_a_plain_worker_holds_a_connection_for_its_poll_loop_lease_keeper_and_handler_thread():
     # Handlers have a timeout by default (their visibility timeout): they run on a handler
     # thread the poll loop watches (watchdog.py), which has its own connection.
-    worker = Worker([spec("budget.t", "g", noop)], name="w", conf=fast_conf())
+    worker = Worker([spec("budget.t", "g", noop)], name="w", conf=fast_conf(NOTIFY=False))
     assert worker.connections_needed() == ConnectionBudget(poll_loop=1, lease_keeper=1, handler_threads=1)
     assert worker.connections_needed().describe() == "poll loop 1 + lease keeper 1 + handler threads 1 = 3"
 
 
 def test_without_handler_timeouts_handlers_run_on_the_poll_loop_so_it_is_two():
-    worker = Worker([spec("budget.t", "g", noop, timeout=None)], name="w", conf=fast_conf())
+    worker = Worker([spec("budget.t", "g", noop, timeout=None)], name="w", conf=fast_conf(NOTIFY=False))
     assert worker.connections_needed() == ConnectionBudget(poll_loop=1, lease_keeper=1)
     assert worker.connections_needed().describe() == "poll loop 1 + lease keeper 1 = 2"
+
+
+def test_on_postgresql_the_notification_listener_adds_one():
+    from django.db import connection
+
+    listens = connection.vendor == "postgresql"
+    worker = Worker([spec("budget.t", "g", noop)], name="w", conf=fast_conf())
+    budget = worker.connections_needed()
+    assert budget == ConnectionBudget(poll_loop=1, lease_keeper=1, handler_threads=1, listener=int(listens))
+    if listens:
+        assert budget.describe() == "poll loop 1 + lease keeper 1 + handler threads 1 + notification listener 1 = 4"
+    assert Worker([spec("budget.t", "g", noop)], name="w", conf=fast_conf(NOTIFY=False)).listener is None
 
 
 def test_handler_threads_a_scheduler_and_async_handlers_each_add_their_connections():
@@ -57,7 +69,7 @@ def test_handler_threads_a_scheduler_and_async_handlers_each_add_their_connectio
     worker = Worker(
         [spec("budget.t", "g", noop), spec("budget.a", "g", anoop)],
         name="w",
-        conf=fast_conf(),
+        conf=fast_conf(NOTIFY=False),
         concurrency=4,
         schedules=[schedule],
     )

@@ -214,7 +214,7 @@ def test_without_a_timeout_handlers_run_on_the_poll_loop_and_budget_two_connecti
     with running([spec(TOPIC, "g", lambda m: seen.add(threading.current_thread().name), timeout=None)]) as worker:
         wait_until(lambda: caught_up("g", TOPIC), 10, "acked")
         assert worker.executor is None and not worker.uses_handler_threads
-        assert worker.connections_needed().total == 2
+        assert worker.connections_needed().total == 2 + worker.connections_needed().listener
     assert set(seen.list()) == {"worker-t1"}  # the poll loop's thread (engine_helpers.running)
 
 
@@ -223,7 +223,7 @@ def test_by_default_the_timeout_is_the_visibility_timeout_on_one_handler_thread(
     assert resolved.timeout == 7
     assert spec(TOPIC, "g", print).resolve(fast_conf(VISIBILITY_TIMEOUT=11)).timeout == 11
     assert spec(TOPIC, "g", print, timeout=DEFAULT).resolve(fast_conf()).timeout == 30
-    worker = Worker([spec(TOPIC, "g", print)], name="w-budget", conf=fast_conf())
+    worker = Worker([spec(TOPIC, "g", print)], name="w-budget", conf=fast_conf(NOTIFY=False))
     assert worker.uses_handler_threads and worker.connections_needed().total == 3
     assert connection_budget(concurrency=4, scheduler=False, async_handlers=False, handler_threads=True).total == 6
 

@@ -109,6 +109,10 @@ class Dialect:
     now_plus_us_sql = "CURRENT_TIMESTAMP"
     #: Starts a transaction explicitly while the connection is in autocommit mode.
     begin_sql = "BEGIN"
+    #: Whether the engine's short transactions open with :attr:`begin_sql` on the autocommit
+    #: connection instead of Django's ``atomic()`` (``StoreBase.transaction``): on MySQL
+    #: ``atomic()`` costs two statements more.
+    lean_transactions = False
     json_placeholder = "%s"
     #: An empty JSON object as a SQL literal.
     empty_json_sql = "'{}'"
@@ -138,11 +142,30 @@ class Dialect:
     #: the backlog; MySQL/MariaDB's unique (topic, partition, offset) index holds the NULLs
     #: at the head of each partition's range, which only a known partition reaches.
     unsequenced_via_heads = False
+    #: Whether the database delivers notifications on commit (PostgreSQL's NOTIFY/LISTEN):
+    #: publishes then announce their topics and workers listen (``notifications.py``).
+    supports_notify = False
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
         self.qn = connection.ops.quote_name
         self._plans: dict[tuple[bool, bool, bool], InsertPlan] = {}
+
+    def listen_sql(self, channel: str) -> str:
+        """The statement that subscribes a connection to ``channel`` (:attr:`supports_notify`)."""
+        raise NotImplementedError(f"{self.connection.vendor} has no notifications")
+
+    def idle_transaction_timeout_sql(self, seconds: int | None) -> str | None:
+        """The statement that makes the server end this session when a transaction of it
+        stays idle (no statement running) for ``seconds`` (None: the server's default),
+        rolling it back and so releasing its locks; None where the database has no such
+        setting (SQLite, MySQL).
+
+        Set on the worker's engine connections only (``engine_session.py``): a
+        process frozen inside one of its short transactions (SIGSTOP, a VM pause, a
+        debugger) would otherwise hold its lease rows' share locks, and so every lease
+        steal, until it resumes."""
+        return None
 
     def excluded(self, column: str) -> str:
         """The value an upsert tried to insert into ``column``."""
@@ -272,7 +295,7 @@ class Dialect:
         return False
 
     def insert_messages(
-        self, cursor: Any, topic: str, rows: Sequence[MessageRow], *, skip_duplicates: bool
+        self, cursor: Any, topic: str, rows: Sequence[MessageRow], *, skip_duplicates: bool, notify: str | None = None
     ) -> set[str]:
         """Insert messages with multi-row INSERTs; return the ids skipped as duplicates.
 
@@ -286,11 +309,14 @@ class Dialect:
         on PostgreSQL. Columns that are the same for every row of a plain publish are
         SQL literals, so the per-row parameters (escaped one by one by the driver) stay
         few.
+
+        ``notify``: a channel to notify in the same statement, where the database has
+        notifications (:attr:`supports_notify`; ignored elsewhere).
         """
         plan = self.insert_plan(rows)
         skipped: set[str] = set()
         for chunk in statements(rows, self.max_statement_bytes(cursor) or MAX_BYTES_PER_INSERT):
-            skipped |= self.insert_chunk(cursor, topic, chunk, plan, skip_duplicates)
+            skipped |= self.insert_chunk(cursor, topic, chunk, plan, skip_duplicates, notify)
         return skipped
 
     def insert_plan(self, rows: Sequence[MessageRow]) -> InsertPlan:
@@ -320,7 +346,13 @@ class Dialect:
         return InsertPlan(row_sql=row_sql, no_metadata=no_metadata, scheduled=scheduled, dead_letters=dead_letters)
 
     def insert_chunk(
-        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
+        self,
+        cursor: Any,
+        topic: str,
+        chunk: Sequence[MessageRow],
+        plan: InsertPlan,
+        skip_duplicates: bool,
+        notify: str | None = None,
     ) -> set[str]:
         """One INSERT statement for ``chunk``, shaped by ``plan`` (see :meth:`insert_messages`)."""
         adapt = self.adapt_datetime
@@ -335,10 +367,16 @@ class Dialect:
             if plan.dead_letters:
                 params += (r.failed, r.failure_count, r.last_error, r.original_topic, adapt(r.created_at))
         sql = f"INSERT INTO queue_messages ({self.message_columns}) VALUES {', '.join([plan.row_sql] * len(chunk))}"
-        return self.execute_insert(cursor, sql, params, [r.id for r in chunk], skip_duplicates)
+        return self.execute_insert(cursor, sql, params, [r.id for r in chunk], skip_duplicates, notify)
 
     def execute_insert(
-        self, cursor: Any, sql: str, params: Sequence[Any], ids: Sequence[str], skip_duplicates: bool
+        self,
+        cursor: Any,
+        sql: str,
+        params: Sequence[Any],
+        ids: Sequence[str],
+        skip_duplicates: bool,
+        notify: str | None = None,
     ) -> set[str]:
         """Run one multi-row message INSERT; return the ids it skipped as duplicates.
 

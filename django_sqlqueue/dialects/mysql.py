@@ -28,6 +28,7 @@ class MySQLDialect(Dialect):
     # UTC_TIMESTAMP does not depend on the session time zone (Django stores UTC).
     now_sql = "UTC_TIMESTAMP(6)"
     begin_sql = "START TRANSACTION"
+    lean_transactions = True
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
     # MariaDB has no FOR SHARE; both understand the older spelling.
     for_share = "LOCK IN SHARE MODE"
@@ -42,6 +43,14 @@ class MySQLDialect(Dialect):
 
     def excluded(self, column: str) -> str:
         return f"VALUES({column})"
+
+    def idle_transaction_timeout_sql(self, seconds: int | None) -> str | None:
+        # MariaDB 10.3+ only: MySQL has no idle-in-transaction timeout (its wait_timeout
+        # also ends sessions idle between transactions).
+        if not getattr(self.connection, "mysql_is_mariadb", False):
+            return None
+        value = "DEFAULT" if seconds is None else int(seconds)
+        return f"SET SESSION idle_transaction_timeout = {value}"
 
     def use_index(self, name: str) -> str:
         return f"FORCE INDEX ({name})"
@@ -103,7 +112,13 @@ class MySQLDialect(Dialect):
         return isinstance(exc, IntegrityError) and bool(exc.args) and exc.args[0] == ER_DUP_ENTRY
 
     def insert_chunk(
-        self, cursor: Any, topic: str, chunk: Sequence[MessageRow], plan: InsertPlan, skip_duplicates: bool
+        self,
+        cursor: Any,
+        topic: str,
+        chunk: Sequence[MessageRow],
+        plan: InsertPlan,
+        skip_duplicates: bool,
+        notify: str | None = None,
     ) -> set[str]:
         """A plain INSERT; a duplicate id is found after the fact.
 

@@ -16,6 +16,42 @@ class PostgreSQLDialect(Dialect):
     empty_json_sql = "'{}'::jsonb"
     datetime_placeholder = "%s::timestamptz"
     bool_placeholder = "%s::boolean"
+    supports_notify = True
+
+    def execute_insert(
+        self,
+        cursor: Any,
+        sql: str,
+        params: Sequence[Any],
+        ids: Sequence[str],
+        skip_duplicates: bool,
+        notify: str | None = None,
+    ) -> set[str]:
+        """The INSERT, and with ``notify`` a ``pg_notify`` of that channel in the same
+        statement (no extra round trip), its payload the message's partition. PostgreSQL
+        queues a notification with the transaction and delivers it only if the transaction
+        commits; the copies that several rows of a partition (or several publishes of one
+        transaction) send are folded into one."""
+        if notify is None:
+            return super().execute_insert(cursor, sql, params, ids, skip_duplicates)
+        conflict = " ON CONFLICT (topic, id) DO NOTHING" if skip_duplicates else ""
+        # The payload is the message's partition: a listener wakes its worker only for the
+        # partitions it leases (PostgreSQL folds the copies of one partition into one).
+        cursor.execute(
+            f'WITH ins AS ({sql}{conflict} RETURNING id, "partition") '
+            'SELECT ins.id, pg_notify(%s, ins."partition"::text) FROM ins',
+            [*params, notify],
+        )
+        inserted = {row[0] for row in cursor.fetchall()}
+        return set(ids) - inserted if skip_duplicates else set()
+
+    def idle_transaction_timeout_sql(self, seconds: int | None) -> str | None:
+        value = "DEFAULT" if seconds is None else int(seconds) * 1000
+        return f"SET idle_in_transaction_session_timeout = {value}"
+
+    def listen_sql(self, channel: str) -> str:
+        """``LISTEN "<channel>"`` (a quoted identifier: the channel is a topic's name)."""
+        return f"LISTEN {self.qn(channel)}"
 
     def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
         """One UPDATE joined with the (seq, offset) pairs as two unnested arrays: linear."""

@@ -64,7 +64,7 @@ class AckStore(StoreBase):
         """
         d, P = self.dialect, self.P
         errors = errors or {}
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
             for partition, offset, delay in sorted(delays):
                 if partition not in held:
@@ -81,7 +81,7 @@ class AckStore(StoreBase):
         """Mark messages acked for ``group`` (one statement after the lease check)."""
         if not keys:
             return
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _ in keys])
             keys = [k for k in keys if k[0] in held]
             if not keys:
@@ -112,7 +112,7 @@ class AckStore(StoreBase):
         """
         d, P = self.dialect, self.P
         failed: list[int] = []
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+        with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
             for partition, old, new in sorted(advances):
                 if partition not in held:
