@@ -60,12 +60,19 @@ def heartbeats() -> list[tuple[str, object]]:
 
 
 def lag(group: str, topic: str = TOPIC) -> int:
-    """Messages of ``topic`` not acked by ``group``, counting those not sequenced yet."""
+    """Messages of ``topic`` not acked by ``group``, counting those not sequenced yet.
+
+    Three reads, not one snapshot, so their order matters: unsequenced messages first, then
+    the heads, then the watermarks. A message sequenced between two reads is then counted
+    (in the first, or below the head) and never missed; the other order read a head from
+    before a sequencing round and the unsequenced count from after it, and answered 0 while
+    those messages were still to be handled. Over-counting only makes a wait longer.
+    """
+    unsequenced = Message.objects.filter(topic=topic, offset__isnull=True).count()
     heads = dict(Partition.objects.filter(topic=topic).values_list("partition", "head_offset"))
     marks = dict(
         ConsumerOffset.objects.filter(consumer_group=group, topic=topic).values_list("partition", "offset_acked")
     )
-    unsequenced = Message.objects.filter(topic=topic, offset__isnull=True).count()
     return sum(head - marks.get(p, 0) for p, head in heads.items()) + unsequenced
 
 
