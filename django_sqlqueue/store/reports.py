@@ -188,8 +188,14 @@ class ReportStore(StoreBase):
         pairs = sorted(set(pairs))
         topics = sorted({t for _, t in pairs})
         groups = {g for g, _ in pairs}
-        heads = self.heads(topics)
+        # Three reads, not one snapshot (PostgreSQL's READ COMMITTED gives each statement its
+        # own), so their order matters: the unsequenced messages, then the heads, then the
+        # watermarks. A message the sequencer numbers between two reads is counted in the first
+        # or below the head it raised; heads read before the unsequenced count could miss it
+        # and report a lag of 0 while it still waited. The cost of this order is a moment's
+        # over-count (a message counted unsequenced and already below a head).
         unsequenced = self.unsequenced(topics)
+        heads = self.heads(topics)
         # One group or one topic (a page of one group, ``queue_status --group``) narrows the read.
         marks = {
             (w.group, w.topic, w.partition): w.offset

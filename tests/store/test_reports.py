@@ -7,11 +7,14 @@ unsequenced ones included), so every page reports the same number.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import pytest
+from django.db import connection, connections
 from django.utils import timezone
 
 from django_sqlqueue import ops, queue_status
+from django_sqlqueue.sequencer import sequence
 from django_sqlqueue.store import DeliveryCounts, PartitionLag, lag
 
 from ..engine_helpers import (
@@ -20,6 +23,7 @@ from ..engine_helpers import (
     SCHEDULED,
     age_lease,
     fetch_fresh,
+    head,
     leased,
     publish_to,
     store,
@@ -64,6 +68,34 @@ def test_lags_per_partition_with_a_head_row():
         PartitionLag("new", T, B, 2, 0, 0),
     ]
     assert [r.lag for r in rows] == [9, 0, 13, 2]
+
+
+def test_a_sequencing_round_between_the_lag_reads_is_counted_not_hidden():
+    """lags() reads unsequenced messages, heads and watermarks in three statements; a sequencer
+    numbering the backlog between them (here: in another connection, right after the first
+    read) may make the lag over-count for a moment, never read lower than what is left."""
+    behind_with_unsequenced()  # A: head 10, watermark 4, 3 committed but unsequenced: lag 9
+    reads: list[str] = []
+
+    def sequence_elsewhere() -> None:
+        try:
+            sequence(T)
+        finally:
+            connections.close_all()
+
+    def a_round_after_the_first_read(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        reads.append(sql)
+        if len(reads) == 1:
+            thread = threading.Thread(target=sequence_elsewhere)
+            thread.start()
+            thread.join()
+        return result
+
+    with connection.execute_wrapper(a_round_after_the_first_read):
+        (row_a, _) = store().lags([(G, T)])
+    assert len(reads) >= 3 and head(T, A) == 13, "the round ran between the reads"
+    assert row_a.lag >= 9
 
 
 def test_queue_status_and_the_console_report_the_same_lag_for_a_group_with_unsequenced_messages():
