@@ -28,7 +28,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.test import Client
 
-from django_sqlqueue.models import Message, PartitionLease
+from django_sqlqueue.models import Message, PartitionLease, SubscriberHeartbeat
 from django_sqlqueue.status import queue_status
 from testproject.orders.models import Order
 from testproject.orders.views import TOPIC
@@ -144,7 +144,8 @@ class Command(BaseCommand):
         User.objects.create_superuser(DEMO_USER, "demo@example.com", password)
         # Own sessions: a Ctrl-C in the terminal reaches this process only, which stops each
         # child once (a second signal would make a worker exit without draining).
-        children = [self.start_worker(name, new_session=True) for name in ("worker-1", "worker-2")]
+        names = {"worker-1", "worker-2"}
+        children = [self.start_worker(name, new_session=True) for name in sorted(names)]
         server_log = tempfile.NamedTemporaryFile(prefix="demo-runserver-", suffix=".log", delete=False)  # noqa: SIM115
         server = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", "--insecure", "--noreload", f"127.0.0.1:{port}"],
@@ -155,12 +156,16 @@ class Command(BaseCommand):
             start_new_session=True,
         )
         self.stdout.write(f"  started runserver --insecure (pid {server.pid}), log: {server_log.name}")
-        self.stdout.write(self.style.SUCCESS(f"\n  console: http://127.0.0.1:{port}{CONSOLE_PATH}"))
-        self.stdout.write(self.style.SUCCESS(f"  login:   {DEMO_USER} / {password}"))
-        self.stdout.write("  placing an order every second (every fifth one is mallory's); Ctrl-C to stop\n")
-        self.stdout.flush()
         client, placed = Client(), 0
         try:
+            # The console is announced once both workers have registered: it shows them live, and a
+            # Ctrl-C from then on reaches workers that drain on SIGTERM (a worker still importing
+            # Django has no handler yet, and a SIGTERM then kills it outright: status -15).
+            self.wait_for_workers(children, names, timeout=120)
+            self.stdout.write(self.style.SUCCESS(f"\n  console: http://127.0.0.1:{port}{CONSOLE_PATH}"))
+            self.stdout.write(self.style.SUCCESS(f"  login:   {DEMO_USER} / {password}"))
+            self.stdout.write("  placing an order every second (every fifth one is mallory's); Ctrl-C to stop\n")
+            self.stdout.flush()
             while True:
                 customer = "mallory" if placed % 5 == 4 else CUSTOMERS[placed % (len(CUSTOMERS) - 1)]
                 client.post("/orders/", {"customer": customer, "total": f"{5 + placed % 50}.00"})
@@ -193,6 +198,20 @@ class Command(BaseCommand):
                 code = server.wait(10)
             self.stdout.write(f"  runserver pid {server.pid} exited with status {code}")
             self.stdout.flush()
+
+    def wait_for_workers(self, workers, names: set[str], timeout: float) -> None:
+        """Wait until each of ``names`` has a heartbeat row (it registered: its signal handlers are set)."""
+        deadline = time.monotonic() + timeout
+        registered = SubscriberHeartbeat.objects.filter(subscriber_name__in=names)
+        while set(registered.values_list("subscriber_name", flat=True)) != names:
+            for process, log in workers:
+                if process.poll() is not None:
+                    raise CommandError(
+                        f"worker pid {process.pid} exited ({process.returncode}): {Path(log.name).read_text()[-2000:]}"
+                    )
+            if time.monotonic() > deadline:
+                raise CommandError(f"the workers did not register within {timeout:.0f}s")
+            time.sleep(0.2)
 
     def start_worker(self, name: str, *, new_session: bool = False):
         # Stays open while the worker writes to it; read back when the worker exits.
