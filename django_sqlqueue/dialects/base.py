@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
@@ -416,3 +416,40 @@ class Dialect:
                 f"WHERE seq IN ({', '.join(['%s'] * len(chunk))})",
                 params,
             )
+
+    # -- per-hour counters ----------------------------------------------------------
+
+    def hour_sql(self, column: str) -> str:
+        """SQL of the start of the UTC hour of the datetime ``column`` (a ``%`` doubled)."""
+        raise NotImplementedError
+
+    def count_sequenced(self, cursor: Any, topic: str, ranges: Mapping[int, tuple[int, int]], slots: int) -> None:
+        """Add the messages just numbered to ``queue_topic_hours`` (the sequencer's round).
+
+        ``ranges`` maps each partition to the first and last offset the round assigned.
+        One ``INSERT ... SELECT ... GROUP BY`` upsert: the rows are found by their offset
+        ranges on the (topic, partition, offset) index (this transaction's own writes),
+        counted per (hour of ``published_at``, ``partition % slots``) and added to the
+        counters. Inside the sequencer's transaction, after its head locks: it commits or
+        rolls back with the offsets, so each message is counted once. The rows are
+        upserted in key order (ORDER BY), so two sequencers that share counter rows lock
+        them in the same order and cannot deadlock on them.
+        """
+        P, OFF, qn = self.qn("partition"), self.qn("offset"), self.qn
+        where = " OR ".join([f"(m.{P} = %s AND m.{OFF} BETWEEN %s AND %s)"] * len(ranges))
+        params: list[Any] = [topic]
+        for partition, (first, last) in sorted(ranges.items()):
+            params += [partition, first, last]
+        hour = self.hour_sql(f"m.{qn('published_at')}")
+        n = qn("messages")
+        cursor.execute(
+            f"INSERT INTO queue_topic_hours (topic, {qn('hour')}, slot, {n}) "
+            f"SELECT m.topic, {hour} AS h, m.{P} %% {int(slots)} AS s, COUNT(*) FROM queue_messages m "
+            f"WHERE m.topic = %s AND ({where}) GROUP BY m.topic, h, s ORDER BY h, s "
+            f"{self.on_conflict_update(['topic', 'hour', 'slot'])} {n} = {self.counter_sum(n)}",
+            params,
+        )
+
+    def counter_sum(self, column: str) -> str:
+        """The update of an upsert that adds the inserted ``column`` to the stored one."""
+        return f"queue_topic_hours.{column} + {self.excluded(column)}"

@@ -45,6 +45,10 @@ class PostgreSQLDialect(Dialect):
         inserted = {row[0] for row in cursor.fetchall()}
         return set(ids) - inserted if skip_duplicates else set()
 
+    def hour_sql(self, column: str) -> str:
+        # date_trunc of a timestamptz truncates in the session's time zone: truncate in UTC.
+        return f"(date_trunc('hour', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')"
+
     def idle_transaction_timeout_sql(self, seconds: int | None) -> str | None:
         value = "DEFAULT" if seconds is None else int(seconds) * 1000
         return f"SET idle_in_transaction_session_timeout = {value}"
