@@ -435,20 +435,32 @@ class Dialect:
         upserted in key order (ORDER BY), so two sequencers that share counter rows lock
         them in the same order and cannot deadlock on them.
         """
-        P, OFF, qn = self.qn("partition"), self.qn("offset"), self.qn
-        where = " OR ".join([f"(m.{P} = %s AND m.{OFF} BETWEEN %s AND %s)"] * len(ranges))
-        params: list[Any] = [topic]
-        for partition, (first, last) in sorted(ranges.items()):
-            params += [partition, first, last]
+        qn = self.qn
+        source, params = self.sequenced_rows(topic, ranges)
         hour = self.hour_sql(f"m.{qn('published_at')}")
         n = qn("messages")
         cursor.execute(
             f"INSERT INTO queue_topic_hours (topic, {qn('hour')}, slot, {n}) "
-            f"SELECT m.topic, {hour} AS h, m.{P} %% {int(slots)} AS s, COUNT(*) FROM queue_messages m "
-            f"WHERE m.topic = %s AND ({where}) GROUP BY m.topic, h, s ORDER BY h, s "
+            f"SELECT m.topic, {hour} AS h, m.{qn('partition')} %% {int(slots)} AS s, COUNT(*) FROM {source} "
+            f"GROUP BY m.topic, h, s ORDER BY h, s "
             f"{self.on_conflict_update(['topic', 'hour', 'slot'])} {n} = {self.counter_sum(n)}",
             params,
         )
+
+    def sequenced_rows(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> tuple[str, list[Any]]:
+        """FROM and WHERE of the messages of ``topic`` in the offset ``ranges``, as ``m``.
+
+        Generic form: one ``topic = t AND partition = p AND offset BETWEEN first AND last``
+        per partition, OR-ed: MySQL/MariaDB's range optimizer and SQLite's OR optimization
+        read each as a range of the (topic, partition, offset) index (SQLite only when each
+        term names the whole index prefix). PostgreSQL joins the ranges instead.
+        """
+        P, OFF = self.qn("partition"), self.qn("offset")
+        where = " OR ".join([f"(m.topic = %s AND m.{P} = %s AND m.{OFF} BETWEEN %s AND %s)"] * len(ranges))
+        params: list[Any] = []
+        for partition, (first, last) in sorted(ranges.items()):
+            params += [topic, partition, first, last]
+        return f"queue_messages m WHERE {where}", params
 
     def counter_sum(self, column: str) -> str:
         """The update of an upsert that adds the inserted ``column`` to the stored one."""
