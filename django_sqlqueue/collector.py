@@ -1,10 +1,12 @@
 """A worker's periodic garbage collection of the partitions it holds.
 
 Every ``GC_INTERVAL`` seconds a worker deletes, in the partitions it leases, the
-messages every consuming group has acked (``store/gc.py`` says what may go), forgets
-subscribers whose heartbeat stopped a day ago, and deletes the per-hour counters older
-than ``STATS_RETENTION``. Each worker collects only what it holds,
-so workers never delete in the same partitions at once.
+messages every consuming group has acked (``store/gc.py`` says what may go), and forgets
+subscribers whose heartbeat stopped a day ago. Each worker collects only what it holds,
+so workers never delete in the same partitions at once. It also deletes the per-hour
+counters older than ``STATS_RETENTION`` (every topic's, one index range, usually empty):
+two workers' passes may delete the same rows, the second then waits for the first and
+finds nothing.
 
 It runs on the poll loop's thread, between polls, on the poll loop's connection: not on
 the lease keeper's, so a long delete never delays a lease renewal, and not on a thread
