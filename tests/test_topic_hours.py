@@ -107,7 +107,7 @@ def test_topics_compare_exactly():
 
 
 @not_on_sqlite("one writer: sequencers take turns at BEGIN IMMEDIATE, nothing runs concurrently")
-@pytest.mark.parametrize("slots", [TOPIC_HOUR_SLOTS, 1], ids=["striped", "one-shared-row"])
+@pytest.mark.parametrize("slots", [TOPIC_HOUR_SLOTS, 2, 1], ids=["striped", "two-shared-rows", "one-shared-row"])
 def test_concurrent_sequencers_count_every_message_exactly_once(spawn, monkeypatch, slots):
     """A publisher and four sequencers at once: two numbering every partition (they take
     turns on the head locks) and two numbering halves of the partitions (they run side by
