@@ -3,7 +3,10 @@
 Every ``GC_INTERVAL`` seconds a worker deletes, in the partitions it leases, the
 messages every consuming group has acked (``store/gc.py`` says what may go), and forgets
 subscribers whose heartbeat stopped a day ago. Each worker collects only what it holds,
-so workers never delete in the same partitions at once.
+so workers never delete in the same partitions at once. It also deletes the per-hour
+counters older than ``STATS_RETENTION`` (every topic's, one index range, usually empty):
+two workers' passes may delete the same rows, the second then waits for the first and
+finds nothing.
 
 It runs on the poll loop's thread, between polls, on the poll loop's connection: not on
 the lease keeper's, so a long delete never delays a lease renewal, and not on a thread
@@ -80,4 +83,12 @@ class GarbageCollector:
             if deleted:
                 logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
             total += deleted
+        try:
+            pruned = self.db("prune stats", partial(self.store.prune_topic_hours, self.conf.STATS_RETENTION))
+        except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+            self.outage.failure(logger, exc, "pruning the per-hour counters failed")
+            close_quietly(self.store.using)
+        else:
+            if pruned:
+                logger.info("pruned %d per-hour counter rows older than STATS_RETENTION", pruned)
         return total

@@ -50,6 +50,9 @@ DEFAULT_BACKOFF_MAX = 300.0
 #: Seconds to keep fully acked messages before garbage collection (Vitess
 #: ``vt_purge_after``); 0 deletes them as soon as every group has acked them.
 DEFAULT_RETENTION = 0.0
+#: Seconds the per-hour message counters (``queue_topic_hours``, the report's "messages per
+#: hour") are kept after their hour; garbage collection deletes older ones.
+DEFAULT_STATS_RETENTION = 30 * 24 * 3600.0
 #: Seconds between garbage-collection passes of a worker.
 DEFAULT_GC_INTERVAL = 60.0
 #: Partitions of a topic not listed in ``TOPICS``. Keys are hashed to them.
@@ -87,6 +90,7 @@ class QueueSettings:
     BACKOFF_MAX: float = DEFAULT_BACKOFF_MAX
     RETENTION: float = DEFAULT_RETENTION
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
+    STATS_RETENTION: float = DEFAULT_STATS_RETENTION
     PARTITIONS: int = DEFAULT_PARTITIONS
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
     #: PostgreSQL: publishes NOTIFY their topic's channel and each worker LISTENs on one
@@ -129,6 +133,7 @@ _DURATIONS = (
     "BACKOFF_MAX",
     "GC_INTERVAL",
     "OUTAGE_REPORT_INTERVAL",
+    "STATS_RETENTION",
 )
 #: Every key whose value is a number of seconds.
 DURATION_KEYS = (*_DURATIONS, "RETENTION")

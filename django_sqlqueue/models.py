@@ -13,6 +13,8 @@ plain SQL:
 - ``queue_offsets``: per-group contiguous acked watermark of a partition.
 - ``queue_subscriber_heartbeats``: live subscribers of a group, for fair share.
 - ``queue_paused_topics``: (group, topic) pairs an operator paused.
+- ``queue_topic_hours``: messages per topic per hour, counted by the sequencer (they
+  outlive the log's garbage collection; the report reads them).
 
 Rows of the partition, lease and offset tables grow with groups x topics x partitions,
 never with the number of message keys (except for topics that opt into one partition per
@@ -275,6 +277,43 @@ class PausedTopic(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic} paused"
+
+
+#: Counter rows per (topic, hour): the sequencer adds each numbered message to slot
+#: ``partition % TOPIC_HOUR_SLOTS``, so sequencers of different partitions of a topic seldom
+#: update the same row (the hot row of the current hour is striped, not shared).
+TOPIC_HOUR_SLOTS = 16
+
+
+class TopicHour(models.Model):
+    """Messages of a topic per hour (of ``published_at``, UTC), counted as they are sequenced.
+
+    The log loses its messages to garbage collection; these counters do not, so the
+    report's "messages per hour" still shows a topic whose messages were consumed and
+    collected. The sequencer adds the messages it numbers in the same transaction that
+    numbers them (``Dialect.count_sequenced``), so each message is counted exactly once,
+    or not at all if that transaction rolls back (and then counted by the round that
+    numbers it). A (topic, hour) total is the sum of its ``slot`` rows. Rows older than
+    ``SQLQUEUE["STATS_RETENTION"]`` are deleted by garbage collection.
+    """
+
+    pk = models.CompositePrimaryKey("topic", "hour", "slot")
+    topic = models.CharField(max_length=TOPIC_COLUMN_LENGTH)
+    #: Start of the hour (UTC).
+    hour = models.DateTimeField()
+    #: ``partition % TOPIC_HOUR_SLOTS`` of the counted messages.
+    slot = models.PositiveSmallIntegerField()
+    messages = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "queue_topic_hours"
+        indexes = [
+            # The report's window and the pruning of old hours.
+            models.Index(fields=["hour"], name="queue_topic_hours_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic} {self.hour:%Y-%m-%d %H:00} [{self.slot}]: {self.messages}"
 
 
 class QueueConsole(models.Model):

@@ -11,6 +11,7 @@ transactions of its own::
         WHERE topic = ? AND partition = ? AND offset IS NULL ORDER BY seq LIMIT n  -- (2), per partition
     UPDATE queue_messages SET offset = <head + rank> for the rows read in (2)          -- (3)
     UPDATE queue_partitions SET head_offset = CASE partition WHEN ... END ...       -- (4)
+    INSERT INTO queue_topic_hours SELECT ... the rows numbered, per hour ... UPSERT   -- (5)
     COMMIT
 
 Why this is sound:
@@ -30,6 +31,11 @@ Why this is sound:
   below it, because they were all assigned by this or an earlier committed round. A
   reader of ``offset > watermark`` therefore never skips a message, however late its
   publisher committed. No AUTO_INCREMENT visibility, no grace period, no clock.
+- (5) counts the numbered messages per topic and hour of ``published_at`` (the
+  report's "messages per hour", which must outlive garbage collection). In the same
+  transaction, so each message is counted exactly once. Counter rows are striped by
+  ``partition % TOPIC_HOUR_SLOTS`` and upserted in key order, after the head locks:
+  sequencers of different partitions rarely share a row and cannot deadlock on one.
 - A sequencer killed at any point (``kill -9``) leaves an open transaction that the
   database rolls back: no offset is assigned, the head does not move, the next round
   numbers the same messages. Nothing is lost, duplicated or reordered.
@@ -45,6 +51,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .conf import get_settings
+from .dialects import Dialect
+from .models import TOPIC_HOUR_SLOTS
 from .store.base import StoreBase, in_list
 from .store.topics import TopicStore
 
@@ -113,6 +121,7 @@ class Sequencer(StoreBase):
                 f"WHERE topic = %s AND {P} IN ({in_list(sorted(new_heads))})",
                 [*head_params, topic, *sorted(new_heads)],  # same order as the IN list
             )
+            count_sequenced(d, cursor, topic, heads, new_heads)
         return new_heads
 
     def unsequenced_partitions(self, topic: str) -> list[int]:
@@ -121,6 +130,14 @@ class Sequencer(StoreBase):
             f"SELECT DISTINCT {self.P} FROM queue_messages WHERE topic = %s AND {self.OFF} IS NULL", [topic]
         )
         return sorted(int(r[0]) for r in rows)
+
+
+def count_sequenced(d: Dialect, cursor: Any, topic: str, heads: dict[int, int], new_heads: dict[int, int]) -> None:
+    """Count the messages a round numbered (offsets ``heads[p] + 1 .. new_heads[p]``) per
+    hour in ``queue_topic_hours``: one statement (5) in the round's transaction, after the
+    head locks; it commits or rolls back with the offsets, so a message counts once."""
+    ranges = {p: (heads[p] + 1, head) for p, head in new_heads.items()}
+    d.count_sequenced(cursor, topic, ranges, TOPIC_HOUR_SLOTS)
 
 
 def sequence(topic: str, partitions: Sequence[int] | None = None, *, using: str | None = None) -> dict[int, int]:

@@ -22,6 +22,7 @@ def test_defaults():
     assert conf.DLQ_SUFFIX == "_dlq"
     assert conf.MAX_PAYLOAD_BYTES == 256 * 1024
     assert conf.DATABASE == "default"
+    assert conf.STATS_RETENTION == 30 * 24 * 3600.0
 
 
 def test_override_is_picked_up_and_durations_are_floats():
@@ -38,6 +39,8 @@ def test_override_is_picked_up_and_durations_are_floats():
         ({"BATCH_SIZ": 5}, "sqlqueue.E002"),
         ({"POLL_INTERVAL": 0}, "sqlqueue.E003"),
         ({"VISIBILITY_TIMEOUT": "30"}, "sqlqueue.E003"),
+        ({"STATS_RETENTION": 0}, "sqlqueue.E003"),
+        ({"STATS_RETENTION": None}, "sqlqueue.E003"),
         ({"MAX_ATTEMPTS": 0}, "sqlqueue.E004"),
         ({"BATCH_SIZE": 2.5}, "sqlqueue.E004"),
         ({"MAX_PAYLOAD_BYTES": True}, "sqlqueue.E004"),

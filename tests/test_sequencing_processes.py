@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_sqlqueue import publish, publish_many
-from django_sqlqueue.models import Message, PartitionLease
+from django_sqlqueue.models import Message, PartitionLease, TopicHour
 from tests.processes import wait_until
 from tests.seqapp.models import Seen
 
@@ -37,6 +37,11 @@ def lock_waits() -> int:
                 "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
         return int(cursor.fetchone()[0])
+
+
+def hourly_count(topic: str) -> int:
+    """Messages of ``topic`` in the sequencer's per-hour counters (``queue_topic_hours``)."""
+    return sum(TopicHour.objects.filter(topic=topic).values_list("messages", flat=True))
 
 
 @not_on_sqlite("the test blocks the sequencer with a row lock; SQLite has no row locks")
@@ -64,6 +69,7 @@ def test_kill_9_in_the_middle_of_sequencing_loses_and_duplicates_nothing(runcons
     # The killed session's transaction is rolled back by the server: nothing was numbered.
     wait_until(lambda: lock_waits() == 0, 20, "the killed transaction to be rolled back")
     assert Message.objects.filter(topic="seq.one", offset__isnull=False).count() == 0
+    assert hourly_count("seq.one") == 0  # the per-hour counters rolled back with the offsets
     survivor = runconsumer("survivor", "--group", "s1", "--topic", "seq.one")
     wait_until(lambda: Seen.objects.filter(topic="seq.one").count() >= 300, 60, "all 300 messages to be handled")
     assert survivor.terminate() == 0
@@ -71,6 +77,7 @@ def test_kill_9_in_the_middle_of_sequencing_loses_and_duplicates_nothing(runcons
     seen = list(Seen.objects.filter(topic="seq.one").order_by("offset").values_list("offset", "message_id"))
     assert [o for o, _ in seen] == list(range(1, 301))  # dense offsets, each delivered once
     assert [m for _, m in seen] == [f"m{i}" for i in range(300)]  # in publish order
+    assert hourly_count("seq.one") == 300  # counted once, by the round that numbered them
 
 
 def test_open_transactions_of_random_length_and_two_groups_nothing_skipped_keys_in_order(runconsumer, spawn):
@@ -122,6 +129,8 @@ def test_open_transactions_of_random_length_and_two_groups_nothing_skipped_keys_
     for process in procs:
         assert process.terminate() == 0
     expected = Counter(f"{key}-{n}" for key, n in sent)
+    # Four workers (two per group) sequenced the same partitions: each message counted once.
+    assert hourly_count("seq.events") == len(sent)
     for group in ("s1", "s2"):
         rows = list(Seen.objects.filter(group=group, topic="seq.events").values_list("key", "n", "message_id"))
         assert Counter(m for _, _, m in rows) == expected, f"group {group} skipped or repeated messages"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
@@ -416,3 +416,52 @@ class Dialect:
                 f"WHERE seq IN ({', '.join(['%s'] * len(chunk))})",
                 params,
             )
+
+    # -- per-hour counters ----------------------------------------------------------
+
+    def hour_sql(self, column: str) -> str:
+        """SQL of the start of the UTC hour of the datetime ``column`` (a ``%`` doubled)."""
+        raise NotImplementedError
+
+    def count_sequenced(self, cursor: Any, topic: str, ranges: Mapping[int, tuple[int, int]], slots: int) -> None:
+        """Add the messages just numbered to ``queue_topic_hours`` (the sequencer's round).
+
+        ``ranges`` maps each partition to the first and last offset the round assigned.
+        One ``INSERT ... SELECT ... GROUP BY`` upsert: the rows are found by their offset
+        ranges on the (topic, partition, offset) index (this transaction's own writes),
+        counted per (hour of ``published_at``, ``partition % slots``) and added to the
+        counters. Inside the sequencer's transaction, after its head locks: it commits or
+        rolls back with the offsets, so each message is counted once. The rows are
+        upserted in key order (ORDER BY), so two sequencers that share counter rows lock
+        them in the same order and cannot deadlock on them.
+        """
+        qn = self.qn
+        source, params = self.sequenced_rows(topic, ranges)
+        hour = self.hour_sql(f"m.{qn('published_at')}")
+        n = qn("messages")
+        cursor.execute(
+            f"INSERT INTO queue_topic_hours (topic, {qn('hour')}, slot, {n}) "
+            f"SELECT m.topic, {hour} AS h, m.{qn('partition')} %% {int(slots)} AS s, COUNT(*) FROM {source} "
+            f"GROUP BY m.topic, h, s ORDER BY h, s "
+            f"{self.on_conflict_update(['topic', 'hour', 'slot'])} {n} = {self.counter_sum(n)}",
+            params,
+        )
+
+    def sequenced_rows(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> tuple[str, list[Any]]:
+        """FROM and WHERE of the messages of ``topic`` in the offset ``ranges``, as ``m``.
+
+        Generic form: one ``topic = t AND partition = p AND offset BETWEEN first AND last``
+        per partition, OR-ed: MySQL/MariaDB's range optimizer and SQLite's OR optimization
+        read each as a range of the (topic, partition, offset) index (SQLite only when each
+        term names the whole index prefix). PostgreSQL joins the ranges instead.
+        """
+        P, OFF = self.qn("partition"), self.qn("offset")
+        where = " OR ".join([f"(m.topic = %s AND m.{P} = %s AND m.{OFF} BETWEEN %s AND %s)"] * len(ranges))
+        params: list[Any] = []
+        for partition, (first, last) in sorted(ranges.items()):
+            params += [topic, partition, first, last]
+        return f"queue_messages m WHERE {where}", params
+
+    def counter_sum(self, column: str) -> str:
+        """The update of an upsert that adds the inserted ``column`` to the stored one."""
+        return f"queue_topic_hours.{column} + {self.excluded(column)}"

@@ -52,6 +52,13 @@ class MySQLDialect(Dialect):
         value = "DEFAULT" if seconds is None else int(seconds)
         return f"SET SESSION idle_transaction_timeout = {value}"
 
+    def hour_sql(self, column: str) -> str:
+        # DATETIME holds UTC already (Django's MySQL backend): no time zone conversion.
+        return f"DATE_FORMAT({column}, '%%Y-%%m-%%d %%H:00:00')"
+
+    def counter_sum(self, column: str) -> str:
+        return f"{column} + VALUES({column})"
+
     def use_index(self, name: str) -> str:
         return f"FORCE INDEX ({name})"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import Dialect
@@ -44,6 +44,22 @@ class PostgreSQLDialect(Dialect):
         )
         inserted = {row[0] for row in cursor.fetchall()}
         return set(ids) - inserted if skip_duplicates else set()
+
+    def hour_sql(self, column: str) -> str:
+        # date_trunc of a timestamptz truncates in the session's time zone: truncate in UTC.
+        return f"(date_trunc('hour', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')"
+
+    def sequenced_rows(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> tuple[str, list[Any]]:
+        """The ranges as three unnested arrays, joined to the log: one index range scan per
+        partition, and one statement text whatever the number of partitions. (OR-ed ranges
+        that happen to be equal are folded by the planner into one offset range over every
+        partition of the topic, filtered.)"""
+        parts = sorted(ranges)
+        source = (
+            "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS r(p, lo, hi) JOIN queue_messages m "
+            'ON m.topic = %s AND m."partition" = r.p AND m."offset" BETWEEN r.lo AND r.hi'
+        )
+        return source, [parts, [ranges[p][0] for p in parts], [ranges[p][1] for p in parts], topic]
 
     def idle_transaction_timeout_sql(self, seconds: int | None) -> str | None:
         value = "DEFAULT" if seconds is None else int(seconds) * 1000

@@ -22,6 +22,10 @@ class SQLiteDialect(Dialect):
     for_share = ""
     for_update = ""
 
+    def hour_sql(self, column: str) -> str:
+        # Django stores datetimes as 'YYYY-MM-DD HH:MM:SS[.ffffff]' text (UTC).
+        return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+
     def union_branch(self, select: str, index: int) -> str:
         # SQLite accepts ORDER BY/LIMIT in a UNION branch only inside a subquery.
         return f"SELECT * FROM ({select}) AS b{index}"

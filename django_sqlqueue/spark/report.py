@@ -2,7 +2,9 @@
 
 Four sections, each a chart (inline SVG, drawn with matplotlib) and the table behind it:
 
-1. messages per hour per topic (Spark over the log, ``published_at`` of the last hours);
+1. messages per hour per topic (``published_at`` of the last hours), from the counters the
+   sequencer keeps as it numbers messages (``queue_topic_hours``): a topic whose messages
+   were consumed and garbage-collected still shows; kept ``SQLQUEUE["STATS_RETENTION"]``;
 2. consumer lag per group over partitions (``store.lag``: messages published and committed
    that the group has not acked yet, as ``queue_status`` and the console count it);
 3. retries (messages waiting for a retry, per group and topic) and dead letters by error
@@ -64,16 +66,9 @@ def collect(spark: Any, options: Mapping[str, str], *, hours: int = 48, using: s
     dlq = [t for t in topics if is_dlq_topic(t, conf.DLQ_SUFFIX)]
     since = (now - dt.timedelta(hours=hours)).replace(minute=0, second=0, microsecond=0)
     data.since = since
-    if topics:
-        df = load_messages(spark, options, topics, engine="python", start_time=since)
-        hourly = (
-            df.groupBy("topic", F.date_trunc("hour", "published_at").alias("hour"))
-            .count()
-            .orderBy("topic", "hour")
-            .collect()
-        )
-        for row in hourly:
-            data.per_hour.setdefault(row["topic"], []).append((row["hour"], int(row["count"])))
+    # The sequencer's counters, not the log: they outlive garbage collection (every topic
+    # numbered since, the log's or not). Each (topic, hour) is the sum of its slot rows.
+    data.per_hour = store.messages_per_hour(since)
     if dlq:
         errors = (
             load_messages(spark, options, dlq, engine="python")
@@ -238,7 +233,10 @@ def render(data: ReportData) -> str:
         "per-hour",
         f"Messages per hour (last {data.hours} h)",
         plot_per_hour(data),
-        _table(("topic", "messages", "busiest hour"), totals)
+        "<p class='note'>Counted as the sequencer numbers each message (garbage collection of the log "
+        "does not change them). Hours before the upgrade that added the counters hold only the messages "
+        "that were still in the log then.</p>"
+        + _table(("topic", "messages", "busiest hour"), totals)
         + "<details><summary>Every hour</summary>"
         + _table(("topic", "hour (UTC)", "messages"), per_hour_rows)
         + "</details>",

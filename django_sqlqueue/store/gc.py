@@ -54,3 +54,13 @@ class GCStore(StoreBase):
                 params += cutoff_params
             deleted += self._execute(sql, params)
         return deleted
+
+    def prune_topic_hours(self, retention: float) -> int:
+        """Delete the per-hour counters (``queue_topic_hours``) of hours that started more
+        than ``retention`` seconds ago (the database clock); return the rows deleted.
+
+        A range of the ``hour`` index, usually empty: the sequencer's upserts touch the
+        current hours, never these, so the two do not wait for each other.
+        """
+        cutoff, params = self.dialect.now_minus(retention)
+        return self._execute(f"DELETE FROM queue_topic_hours WHERE {self.dialect.qn('hour')} < {cutoff}", params)

@@ -366,6 +366,22 @@ class ReportStore(StoreBase):
 
     # -- topics and dead letters --------------------------------------------------------------
 
+    def messages_per_hour(self, since: dt.datetime) -> dict[str, list[tuple[dt.datetime, int]]]:
+        """Messages numbered per topic per hour (of ``published_at``, UTC) from ``since`` on,
+        hours in order: the sequencer's counters (``queue_topic_hours``), which outlive the
+        log's garbage collection. Hours without messages are left out."""
+        d = self.dialect
+        hour = d.qn("hour")
+        rows = self._fetchall(
+            f"SELECT topic, {hour}, SUM({d.qn('messages')}) FROM queue_topic_hours WHERE {hour} >= %s "
+            f"GROUP BY topic, {hour} ORDER BY topic, {hour}",
+            [d.adapt_datetime(since)],
+        )
+        counts: dict[str, list[tuple[dt.datetime, int]]] = {}
+        for topic, start, n in rows:
+            counts.setdefault(topic, []).append((d.to_datetime(start), int(n)))
+        return counts
+
     def log_topics(self) -> list[str]:
         """Return every topic that has messages, sorted (a loose index scan, see ``Dialect.distinct_topics_sql``)."""
         return [row[0] for row in self._fetchall(self.dialect.distinct_topics_sql)]

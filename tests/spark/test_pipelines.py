@@ -171,3 +171,34 @@ def test_report_is_html_with_its_plots(spark, tmp_path):
         assert f"<figure class='plot' id='plot-{anchor}'><svg" in section, anchor
     assert ">ValueError<" in page and ">KeyError<" in page  # dead letters by error type
     assert "payments" in page and "billing" in page
+
+
+def test_report_counts_a_topic_whose_log_was_consumed_and_garbage_collected(spark, tmp_path):
+    """Messages per hour come from the sequencer's counters (queue_topic_hours), not the log."""
+    from django_sqlqueue.gc import collect_garbage
+    from django_sqlqueue.models import Partition
+    from django_sqlqueue.store import QueueStore
+
+    started = timezone.now()
+    publish_sequenced("archived", 40, keys=4)
+    publish_sequenced("live", 10, keys=2)
+    QueueStore("default").register_topic("archived", 8)
+    now = timezone.now()
+    for head in Partition.objects.filter(topic="archived"):
+        ConsumerOffset.objects.create(
+            consumer_group="billing",
+            topic="archived",
+            partition=head.partition,
+            offset_acked=head.head_offset,
+            updated_at=now,
+        )
+    assert collect_garbage(topics=["archived"]) == {"archived": 40}
+    assert not Message.objects.filter(topic="archived").exists()
+    output = tmp_path / "report.html"
+    run("report", "--output", str(output))
+    section = output.read_text().split("<section id='per-hour'>")[1].split("</section>")[0]
+    hour = now.strftime("%Y-%m-%d %H:00")
+    assert "<td>archived</td><td>40</td><td>40</td>" in section  # topic, messages, busiest hour
+    if started.strftime("%Y-%m-%d %H:00") == hour:  # not published across an hour's end
+        assert f"<td>archived</td><td>{hour}</td><td>40</td>" in section
+    assert "<td>live</td><td>10</td><td>10</td>" in section
