@@ -1,7 +1,7 @@
 """Sequencing at backfill scale (issue 18 item 8): ``sequence()`` over a large backlog.
 
 Run: ``.venv/bin/python bench/sequence.py [--db mysql|postgres ...] [--sizes 100000 1000000]
-[--partitions 8] [--repeat 1] [--baseline REV] [--json FILE]``.
+[--partitions 8] [--repeat 1] [--baseline REV] [--only baseline|new] [--json FILE]``.
 
 For each database, backlog size and implementation, in one interleaved run:
 
@@ -12,10 +12,12 @@ For each database, backlog size and implementation, in one interleaved run:
    into the partitions of topic ``bench.seq`` with one ``INSERT ... SELECT`` over a number
    generator -- the shape of a Spark or ``publish_many`` backfill, minus the client cost;
 3. the table is analysed, then ``sequence("bench.seq")`` is timed until nothing is left
-   unnumbered, and the offsets are checked dense (1..n per partition).
+   unnumbered, and the offsets are checked dense (1..n per partition). ``fill`` + the
+   sequencing time is "backfill to visible": a stream (``offset > watermark``) sees the
+   last message when ``sequence()`` returns.
 
-The baseline is the package as of ``--baseline`` (default ``HEAD~1``... pass the commit
-before the sequencer change), extracted with ``git archive`` into a temporary directory;
+The baseline is the package as of ``--baseline`` (default ``fdfe630``, the commit before
+issue 18 item 8's read-ahead), extracted with ``git archive`` into a temporary directory;
 "new" is the working tree. Each measurement runs in a fresh subprocess with the chosen
 tree first on ``sys.path``. The report gives msgs/s per run and new/baseline ratios of
 the medians.
@@ -180,7 +182,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[100_000, 1_000_000])
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--baseline", default="HEAD~1", help="git revision of the baseline package")
+    parser.add_argument("--baseline", default="fdfe630", help="git revision of the baseline package")
     parser.add_argument("--only", choices=["baseline", "new"], help="run one side only")
     parser.add_argument("--json")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
