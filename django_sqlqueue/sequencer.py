@@ -47,17 +47,21 @@ sequenced; either way sequencing n messages in rounds of ``limit`` is quadratic.
 :func:`sequence` reads up to :data:`READ_AHEAD` rows per partition at once, numbers
 them ``limit`` at a time in successive transactions, and reads again only when they
 are used up. Each later transaction still locks the head rows first, and reuses the
-rows read earlier only if the partition's head is the one its own previous transaction
-committed (2'). That is sound because only a sequencer holding the head lock assigns
-offsets, and every assignment moves the head: an unchanged head means nobody numbered
-the partition since, so every row read earlier is still unsequenced; it was committed
-when it was read, and a commit is never undone. A head that moved (a worker's
-sequencer numbered some of the rows) discards the partition's read-ahead and reads
-afresh. A deleted row is caught by (3). A message that commits after the read-ahead
-(even with a lower ``seq``) is numbered after the rows read ahead: it became visible
-after them, which is the order offsets follow. Workers' sequencers, inside their
-polls, read ``limit`` rows per round as before: a poll numbers what arrived since the
-last one, rarely a large backlog.
+rows read earlier only if the partition's head, read under that lock, is the one its
+own previous transaction committed. That is sound because only a sequencer holding the
+head lock assigns offsets, and every assignment moves the head up (heads never go
+down): an unchanged head means nobody numbered the partition since, so every row read
+earlier is still unsequenced; it was committed when it was read, and a commit is never
+undone. A head that moved (a worker's sequencer numbered some of the rows) discards the
+partition's read-ahead and reads afresh. A deleted row is caught by (3), which also
+refuses any row already numbered. Order: a message that commits after the read-ahead
+(even with a lower ``seq``) is numbered after the rows read ahead, since it became
+visible after them; rows past :data:`READ_AHEAD` are read later and take their place by
+``seq`` among what committed meanwhile, as past a ``LIMIT`` before. A publisher's next
+message is inserted after its previous one committed, so no read sees the next without
+the previous: per-key publish order holds. Workers' sequencers, inside their polls,
+read ``limit`` rows per round as before: a poll numbers what arrived since the last
+one, rarely a large backlog.
 
 Workers run the sequencer for the partitions they lease, inside their poll, when the
 poll's state query reports unsequenced messages. :func:`sequence` runs it for any topic
