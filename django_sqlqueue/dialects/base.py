@@ -191,6 +191,19 @@ class Dialect:
         """
         return ""
 
+    def unsequenced_rows(self, limit: int, *, read_ahead: bool = False) -> str:
+        """SELECT partition, seq of one partition's first ``limit`` unsequenced messages by seq.
+
+        Parameters: topic, partition. The sequencer's read, step (2) of ``sequencer.py``: a
+        plain read, no lock. ``read_ahead``: the bulk sequencer's large read (see
+        :meth:`PostgreSQLDialect.unsequenced_rows`).
+        """
+        p, o = self.qn("partition"), self.qn("offset")
+        return (
+            f"SELECT {p}, seq FROM queue_messages {self.use_index('queue_msg_offset')} "
+            f"WHERE topic = %s AND {p} = %s AND {o} IS NULL ORDER BY seq LIMIT {int(limit)}"
+        )
+
     def union_branch(self, select: str, index: int) -> str:
         """Wrap a SELECT with its own ORDER BY/LIMIT as one branch of a UNION ALL.
 
@@ -396,8 +409,12 @@ class Dialect:
     #: Rows per offset-assigning statement of the generic form (see :meth:`assign_offsets`).
     assign_chunk = 200
 
-    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
-        """Set ``offset`` of the messages with these (seq, offset) pairs (the sequencer's write).
+    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> int:
+        """Set ``offset`` of the unsequenced messages with these (seq, offset) pairs; return the rows set.
+
+        The sequencer's write. Only rows still without an offset are written, so the count
+        tells the sequencer whether every row it read is still there and unsequenced (see
+        ``sequencer.py``: it rolls back otherwise).
 
         Generic form: ``SET offset = CASE seq WHEN .. THEN .. END WHERE seq IN (..)``. A
         CASE is evaluated WHEN by WHEN for every row, so one statement of n rows costs
@@ -405,6 +422,7 @@ class Dialect:
         PostgreSQL override this with a join against the pairs, one statement.
         """
         o = self.qn("offset")
+        written = 0
         for start in range(0, len(offsets), self.assign_chunk):
             chunk = offsets[start : start + self.assign_chunk]
             params: list[Any] = []
@@ -413,9 +431,11 @@ class Dialect:
             params += [seq for seq, _ in chunk]
             cursor.execute(
                 f"UPDATE queue_messages SET {o} = CASE seq {' '.join(['WHEN %s THEN %s'] * len(chunk))} END "
-                f"WHERE seq IN ({', '.join(['%s'] * len(chunk))})",
+                f"WHERE seq IN ({', '.join(['%s'] * len(chunk))}) AND {o} IS NULL",
                 params,
             )
+            written += cursor.rowcount
+        return written
 
     # -- per-hour counters ----------------------------------------------------------
 

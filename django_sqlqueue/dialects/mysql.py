@@ -153,7 +153,7 @@ class MySQLDialect(Dialect):
         rest = [r for r in chunk if r.id not in existing]
         return existing | (self.insert_chunk(cursor, topic, rest, plan, True) if rest else set())
 
-    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
+    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> int:
         """One UPDATE joined with the (seq, offset) pairs as a JSON_TABLE (MySQL 8, MariaDB 10.6).
 
         The pairs drive the join and each message is an ``eq_ref`` primary-key lookup: linear
@@ -161,6 +161,7 @@ class MySQLDialect(Dialect):
         messages that nobody else writes (the sequencer holds their partition's head row),
         so the UPDATE waits for no lock.
         """
+        written = 0
         for start in range(0, len(offsets), ASSIGN_JSON_CHUNK):
             pairs = json.dumps([[seq, offset] for seq, offset in offsets[start : start + ASSIGN_JSON_CHUNK]])
             # The pairs drive the join (STRAIGHT_JOIN) and each message is found by primary
@@ -169,6 +170,10 @@ class MySQLDialect(Dialect):
             # meets -- the sequencer would wait for a publisher.
             cursor.execute(
                 "UPDATE JSON_TABLE(%s, '$[*]' COLUMNS (s BIGINT PATH '$[0]', o BIGINT PATH '$[1]')) v "
-                "STRAIGHT_JOIN queue_messages m FORCE INDEX (PRIMARY) ON m.seq = v.s SET m.`offset` = v.o",
+                "STRAIGHT_JOIN queue_messages m FORCE INDEX (PRIMARY) ON m.seq = v.s AND m.`offset` IS NULL "
+                "SET m.`offset` = v.o",
                 [pairs],
             )
+            # Rows matched (Django connects with CLIENT.FOUND_ROWS), each one NULL -> offset.
+            written += cursor.rowcount
+        return written

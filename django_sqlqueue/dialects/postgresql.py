@@ -69,13 +69,32 @@ class PostgreSQLDialect(Dialect):
         """``LISTEN "<channel>"`` (a quoted identifier: the channel is a topic's name)."""
         return f"LISTEN {self.qn(channel)}"
 
-    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> None:
+    def unsequenced_rows(self, limit: int, *, read_ahead: bool = False) -> str:
+        """For a read-ahead, all of the partition's unsequenced rows first, then the first ``limit``.
+
+        Over a large backlog whose statistics still say "most offsets are NULL" (a
+        backfill), the planner walks the primary key in ``seq`` order, filtering: every
+        read then steps over every message already sequenced, and sequencing a backlog is
+        quadratic. ``OFFSET 0`` fences the subquery so the rows come from the offset
+        indexes (a bitmap scan of the unsequenced entries) and a top-N sort orders them:
+        one pass over the backlog per read, which the read-ahead makes rare.
+        """
+        if not read_ahead:
+            return super().unsequenced_rows(limit)
+        return (
+            'SELECT p, seq FROM (SELECT "partition" AS p, seq FROM queue_messages '
+            'WHERE topic = %s AND "partition" = %s AND "offset" IS NULL OFFSET 0) AS u '
+            f"ORDER BY seq LIMIT {int(limit)}"
+        )
+
+    def assign_offsets(self, cursor: Any, offsets: Sequence[tuple[int, int]]) -> int:
         """One UPDATE joined with the (seq, offset) pairs as two unnested arrays: linear."""
         cursor.execute(
             'UPDATE queue_messages m SET "offset" = v.o FROM unnest(%s::bigint[], %s::bigint[]) AS v(s, o) '
-            "WHERE m.seq = v.s",
+            'WHERE m.seq = v.s AND m."offset" IS NULL',
             [[seq for seq, _ in offsets], [offset for _, offset in offsets]],
         )
+        return int(cursor.rowcount)
 
     def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
         """``max_connections`` (less the slots reserved for superusers and, on PostgreSQL
