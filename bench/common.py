@@ -13,23 +13,42 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_bench7")
 
 
-def setup_django() -> None:
-    """Point Django at a freshly created bench database and migrate it."""
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = BENCH_URL
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+def recreate_database(url: str) -> None:
+    """Drop and create the (MariaDB/MySQL or PostgreSQL) database ``url`` names."""
     import environ
 
-    cfg = environ.Env.db_url_config(BENCH_URL)
-    import MySQLdb
+    cfg = environ.Env.db_url_config(url)
+    name = cfg["NAME"]
+    if "mysql" in cfg["ENGINE"]:
+        import MySQLdb
 
-    server = MySQLdb.connect(
-        host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"]
-    )
-    server.cursor().execute(f"DROP DATABASE IF EXISTS `{cfg['NAME']}`")
-    server.cursor().execute(f"CREATE DATABASE `{cfg['NAME']}` CHARACTER SET utf8mb4")
-    server.close()
+        server = MySQLdb.connect(
+            host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"] or ""
+        )
+        server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        server.close()
+    else:
+        import psycopg
 
+        with psycopg.connect(
+            host=cfg["HOST"],
+            port=int(cfg["PORT"] or 5432),
+            user=cfg["USER"],
+            password=cfg["PASSWORD"],
+            dbname="postgres",
+            autocommit=True,
+        ) as server:
+            server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            server.execute(f'CREATE DATABASE "{name}"')
+
+
+def setup_django(url: str = BENCH_URL) -> None:
+    """Point Django at a freshly created bench database and migrate it."""
+    sys.path.insert(0, str(ROOT))
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    recreate_database(url)
     import django
 
     django.setup()

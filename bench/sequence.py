@@ -47,35 +47,6 @@ URLS = {
 PAYLOAD = json.dumps({"order": "0" * 40, "customer": "c" * 30, "amount": 1234, "currency": "EUR"})
 
 
-def recreate_database(url: str) -> None:
-    import environ
-
-    cfg = environ.Env.db_url_config(url)
-    name = cfg["NAME"]
-    if "mysql" in cfg["ENGINE"]:
-        import MySQLdb
-
-        server = MySQLdb.connect(
-            host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"] or ""
-        )
-        server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-        server.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(
-            host=cfg["HOST"],
-            port=int(cfg["PORT"] or 5432),
-            user=cfg["USER"],
-            password=cfg["PASSWORD"],
-            dbname="postgres",
-            autocommit=True,
-        ) as server:
-            server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            server.execute(f'CREATE DATABASE "{name}"')
-
-
 def fill(n: int, partitions: int) -> None:
     """Insert ``n`` committed, unsequenced messages round-robin over ``partitions``."""
     from django.db import connection
@@ -143,6 +114,8 @@ def worker(args: argparse.Namespace) -> None:
     os.environ["DATABASE_URL"] = args.url
     os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
     os.environ.setdefault("SQLQUEUE_LOG_LEVEL", "WARNING")
+    from bench.common import recreate_database
+
     recreate_database(args.url)
     import django
 

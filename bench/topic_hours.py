@@ -41,43 +41,6 @@ TOPIC = "bench.hours"
 SHARES: dict[str, list[float]] = {}
 
 
-def setup_django() -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = BENCH_URL
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    import environ
-
-    cfg = environ.Env.db_url_config(BENCH_URL)
-    if "mysql" in cfg["ENGINE"]:
-        import MySQLdb
-
-        server = MySQLdb.connect(
-            host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"]
-        )
-        server.cursor().execute(f"DROP DATABASE IF EXISTS `{cfg['NAME']}`")
-        server.cursor().execute(f"CREATE DATABASE `{cfg['NAME']}` CHARACTER SET utf8mb4")
-        server.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(
-            host=cfg["HOST"],
-            port=int(cfg["PORT"] or 5432),
-            user=cfg["USER"],
-            password=cfg["PASSWORD"],
-            dbname="postgres",
-            autocommit=True,
-        ) as server:
-            server.execute(f'DROP DATABASE IF EXISTS "{cfg["NAME"]}"')
-            server.execute(f'CREATE DATABASE "{cfg["NAME"]}"')
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
 def reset() -> None:
     from django.db import connection
 
@@ -171,7 +134,10 @@ def main() -> None:
     parser.add_argument("--scenarios", default="large,small,threads")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    setup_django()
+    sys.path.insert(0, str(ROOT))
+    from bench.common import setup_django
+
+    setup_django(BENCH_URL)
     from django.db import connection
 
     results: dict[str, Any] = {"vendor": connection.vendor, "messages": args.messages, "scenarios": {}}
