@@ -111,7 +111,7 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from django_sqlqueue.dialects import get_dialect
+    from django_sqlqueue.db.dialects import get_dialect
 
     setup_test_environment()
     User.objects.create_superuser("bench", "b@example.com", "pw")

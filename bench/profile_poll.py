@@ -51,10 +51,10 @@ def main() -> None:
 
     from django.db.backends.signals import connection_created
 
-    import django_sqlqueue.worker as worker_module
+    import django_sqlqueue.worker.loop as worker_module
     from django_sqlqueue import publish_many
     from django_sqlqueue.consumers import load_consumers
-    from django_sqlqueue.worker import Worker
+    from django_sqlqueue.worker.loop import Worker
 
     times: dict[str, list[float]] = defaultdict(list)
     calls = [0]

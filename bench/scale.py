@@ -32,12 +32,12 @@ reports, from the first spawn:
    ``LEASE_DURATION - LEASE_RENEW_INTERVAL`` and is about ``LEASE_DURATION`` for a quarter.
 
 **Connection budget.** With ``--max-connections`` below the documented budget (N x the
-per-worker budget of ``django_sqlqueue/budget.py``, plus ``HEADROOM``), the run first
+per-worker budget of ``django_sqlqueue/worker/budget.py``, plus ``HEADROOM``), the run first
 watches for ``--crowded-seconds`` what happens with too few connections (workers in,
 partitions leased), then raises ``max_connections`` to the budget (``SET GLOBAL``, private
 server only) and measures the way to fair share from there. The workers' logs are counted
 at both points: WARNING/ERROR lines, tracebacks, ``Too many connections``, the startup
-warning about room, the outage lines (``django_sqlqueue/outage.py``).
+warning about room, the outage lines (``django_sqlqueue/worker/outage.py``).
 
 Results: a summary on stdout, ``--json`` (default ``bench/results/scale-<stamp>.json``), the
 workers' logs under ``bench/results/scale-logs/``. Every process and server started here is
@@ -67,7 +67,7 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from django_sqlqueue.budget import connection_budget  # noqa: E402 - a leaf: imports nothing of Django
+from django_sqlqueue.worker.budget import connection_budget  # noqa: E402 - a leaf: imports nothing of Django
 
 PYTHON = sys.executable
 RESULTS = ROOT / "bench" / "results"

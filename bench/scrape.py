@@ -232,7 +232,7 @@ def main() -> None:
 
     from django.db import connections
 
-    from django_sqlqueue.dialects.mysql import MySQLDialect
+    from django_sqlqueue.db.dialects.mysql import MySQLDialect
     from django_sqlqueue.metrics.gauges import DEAD_LETTER_CAP
 
     assert DEAD_LETTER_CAP >= 3_000

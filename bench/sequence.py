@@ -128,8 +128,8 @@ def worker(args: argparse.Namespace) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from django_sqlqueue.sequencer import sequence
-    from django_sqlqueue.store.topics import TopicStore
+    from django_sqlqueue.db.sequencer import sequence
+    from django_sqlqueue.db.store.topics import TopicStore
 
     TopicStore("default").create_partitions(TOPIC, list(range(args.partitions)))
     t0 = time.perf_counter()

@@ -42,8 +42,8 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     from django_sqlqueue import publish_many
+    from django_sqlqueue.db.sequencer import sequence
     from django_sqlqueue.models import Message
-    from django_sqlqueue.sequencer import sequence
     from django_sqlqueue.spark import sqlqueue_options
     from django_sqlqueue.spark.pipelines import backfill, export
     from django_sqlqueue.spark.session import build_session

@@ -51,7 +51,7 @@ def reset() -> None:
 
 def publish_backlog(messages: int, partitions: int) -> None:
     from django_sqlqueue import publish_many
-    from django_sqlqueue.store.topics import TopicStore
+    from django_sqlqueue.db.store.topics import TopicStore
 
     reset()
     TopicStore("default").create_partitions(TOPIC, list(range(partitions)))
@@ -60,7 +60,7 @@ def publish_backlog(messages: int, partitions: int) -> None:
 
 
 def drain(wanted: list[int], limit: int) -> None:
-    from django_sqlqueue.sequencer import Sequencer
+    from django_sqlqueue.db.sequencer import Sequencer
 
     sequencer = Sequencer("default")
     while sequencer.sequence(TOPIC, wanted, limit=limit):
@@ -96,7 +96,7 @@ def run_scenario(scenario: str, partitions: int) -> None:
 
 
 def measure(scenario: str, counting: bool, messages: int, partitions: int) -> float:
-    from django_sqlqueue import sequencer as sequencer_module
+    from django_sqlqueue.db import sequencer as sequencer_module
     from django_sqlqueue.models import Message, TopicHour
 
     shipped = sequencer_module.count_sequenced

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
         SQLQueueError,
         UnsupportedDatabase,
     )
+    from .ops.status import queue_status  # noqa: F401
     from .publisher import publish, publish_many  # noqa: F401
-    from .status import queue_status  # noqa: F401
 
 __version__ = "0.1.0.dev0"  # PEP 440; CHANGELOG.md lists what changed since
 
@@ -41,7 +41,7 @@ _EXPORTS = {
     "Reject": "exceptions",
     "consumer": "consumers",
     "ReceivedMessage": "consumers",
-    "queue_status": "status",
+    "queue_status": "ops.status",
 }
 
 __all__ = sorted(_EXPORTS)

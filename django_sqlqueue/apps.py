@@ -28,7 +28,7 @@ class SQLQueueConfig(AppConfig):
         # Here, not when the backend is first used: the console and ``queue_dlq replay``
         # may replay a dead task in a process that never touched the backend.
         from .consumers import register_spec_source
-        from .dlq import register_replay_hook
+        from .rules.dlq import register_replay_hook
         from .tasks.discovery import task_consumer_specs
         from .tasks.replay import replay_task
 

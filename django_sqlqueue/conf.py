@@ -21,7 +21,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
-from .limits import MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
+from .rules.limits import MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Seconds a worker sleeps between polls while its partitions have work.
 DEFAULT_POLL_INTERVAL = 0.1
@@ -94,7 +94,7 @@ class QueueSettings:
     PARTITIONS: int = DEFAULT_PARTITIONS
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
     #: PostgreSQL: publishes NOTIFY their topic's channel and each worker LISTENs on one
-    #: extra connection, so a new message wakes it at once (django_sqlqueue.notifications).
+    #: extra connection, so a new message wakes it at once (django_sqlqueue.worker.threads.listener).
     #: Ignored on MySQL/MariaDB and SQLite, which have no notifications.
     NOTIFY: bool = True
     #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.

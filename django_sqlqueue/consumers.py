@@ -12,7 +12,7 @@ imports them all (``runconsumer`` calls it)::
 Returning normally acks the message; an exception nacks it with backoff; ``Retry``
 nacks it with a chosen delay; ``Reject`` dead-letters it at once.
 
-A handler may be ``async def``: the worker awaits it (see :mod:`django_sqlqueue.handlers`)
+A handler may be ``async def``: the worker awaits it (see :mod:`django_sqlqueue.worker.batch.handlers`)
 with the same outcomes. As in an async view, it must use the async ORM or
 ``sync_to_async``, and ``await message.aextend_visibility(s)``.
 """
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules
 
-from .atomic import validate_atomic
 from .conf import QueueSettings
 from .exceptions import ConfigurationError, InvalidMessage
-from .validation import validate_group, validate_topic
+from .rules.atomic_modes import validate_atomic
+from .rules.validation import validate_group, validate_topic
 
 if TYPE_CHECKING:
-    from .store import QueueStore
+    from .db.store import QueueStore
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class ConsumerSpec:
     visibility_timeout: float | None = None
     max_attempts: int | None = None
     #: Seconds a handler may run without progress (``DEFAULT``: the visibility timeout;
-    #: None: no limit). See :mod:`django_sqlqueue.watchdog`.
+    #: None: no limit). See :mod:`django_sqlqueue.worker.threads.watchdog`.
     timeout: float | _Default | None = DEFAULT
     #: Per-message timeout, overriding ``timeout`` when it returns a number (the tasks
     #: backend's per-task timeouts); called before the handler, must be cheap.
@@ -78,7 +78,7 @@ class ConsumerSpec:
     #: (the tasks backend records the failed attempt in the task's result).
     on_timeout: Callable[[str, Any, int, BaseException, bool], None] | None = None
     #: The handler's writes and its ack commit in one transaction: True (per message),
-    #: "batch" (per fetched batch of a partition) or False. See :mod:`django_sqlqueue.atomic`.
+    #: "batch" (per fetched batch of a partition) or False. See :mod:`django_sqlqueue.worker.batch.atomic`.
     atomic: bool | str = False
     #: Atomic consumers: called on the handler's thread just before its transaction begins
     #: (autocommit: what it writes commits at once), with the message it will get.
@@ -187,7 +187,7 @@ def consumer(
     it is abandoned: the message is nacked with a
     :class:`~django_sqlqueue.exceptions.HandlerTimeout` (dead-lettered on its last
     attempt), its partition is given up and the worker goes on with a new handler
-    thread; an ``async def`` handler is cancelled. See :mod:`django_sqlqueue.watchdog`.
+    thread; an ``async def`` handler is cancelled. See :mod:`django_sqlqueue.worker.threads.watchdog`.
 
     ``atomic=True``: the handler runs in ``transaction.atomic()`` on the queue's database
     and its ack commits in that same transaction, fenced by the partition's lease: its
@@ -195,7 +195,7 @@ def consumer(
     transaction (one commit) per fetched batch of a partition; a failing message rolls
     the batch back and its messages are retried one per transaction. Writes on other
     database aliases, emails and HTTP calls are outside the guarantee. Sync handlers
-    only. See :mod:`django_sqlqueue.atomic` and ``docs/delivery-semantics.md``.
+    only. See :mod:`django_sqlqueue.worker.batch.atomic` and ``docs/delivery-semantics.md``.
     """
     try:
         validate_topic(topic)

@@ -76,7 +76,7 @@ class HandlerTimeout(SQLQueueError, TimeoutError):
 
     Recorded as the error of the failed attempt (the message is retried, and
     dead-lettered on its last attempt); an ``async def`` handler is cancelled with it.
-    See :mod:`django_sqlqueue.watchdog`.
+    See :mod:`django_sqlqueue.worker.threads.watchdog`.
     """
 
 
@@ -91,7 +91,7 @@ class FenceLost(SQLQueueError):
     message was redelivered, nacked or acked elsewhere meanwhile).
 
     The transaction is rolled back -- the handler's effects vanish with it -- and the
-    message is left to the partition's current holder. See :mod:`django_sqlqueue.atomic`.
+    message is left to the partition's current holder. See :mod:`django_sqlqueue.worker.batch.atomic`.
     """
 
 

@@ -28,7 +28,7 @@ from django.db import models
 
 # Column widths and name rules live in a leaf (no model or settings import): re-exported
 # here because the models are where readers look for them.
-from .limits import (
+from .rules.limits import (
     CONSUMER_GROUP_LENGTH,
     KEY_LENGTH,
     MESSAGE_ID_LENGTH,

@@ -43,12 +43,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import signals, tracing
 from .conf import QueueSettings, get_settings
-from .dialects import get_dialect
-from .dialects.base import MessageRow
+from .db.dialects import get_dialect
+from .db.dialects.base import MessageRow
 from .exceptions import ConfigurationError, IdempotencyConflict, InvalidMessage, OutboxWarning, PayloadTooLarge
-from .notify_channels import channel_for
-from .partitioning import partition_for
-from .validation import MAX_ERROR_LENGTH, MESSAGE_KEYS, PreparedMessage, encode_json, prepare_message, validate_topic
+from .rules.notify_channels import channel_for
+from .rules.partitioning import partition_for
+from .rules.validation import (
+    MAX_ERROR_LENGTH,
+    MESSAGE_KEYS,
+    PreparedMessage,
+    encode_json,
+    prepare_message,
+    validate_topic,
+)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .exceptions import ConfigurationError, InvalidMessage
-from .limits import MAX_SECONDS
-from .validation import encode_json, validate_key, validate_topic
+from .rules.limits import MAX_SECONDS
+from .rules.validation import encode_json, validate_key, validate_topic
 
 #: Seconds a missed tick may be late and still fire.
 DEFAULT_CATCH_UP = 300.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .limits import KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, TOPIC_COLUMN_LENGTH
+from .rules.limits import KEY_LENGTH, MAX_MESSAGE_ID_LENGTH, TOPIC_COLUMN_LENGTH
 
 #: Status values: those of ``django.tasks.TaskResultStatus``.
 TASK_STATUSES = [("READY", "Ready"), ("RUNNING", "Running"), ("FAILED", "Failed"), ("SUCCESSFUL", "Successful")]

@@ -22,13 +22,13 @@ from django.db import connection, connections
 from django_sqlqueue import publish_many
 from django_sqlqueue.conf import DEFAULT_PARTITIONS, QueueSettings
 from django_sqlqueue.consumers import ConsumerSpec
-from django_sqlqueue.dialects import get_dialect
+from django_sqlqueue.db.dialects import get_dialect
+from django_sqlqueue.db.sequencer import sequence as run_sequencer
+from django_sqlqueue.db.store import FetchPlan, QueueStore
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, Partition
-from django_sqlqueue.partitioning import partition_for
 from django_sqlqueue.publisher import PublishedMessage
-from django_sqlqueue.sequencer import sequence as run_sequencer
-from django_sqlqueue.store import FetchPlan, QueueStore
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.rules.partitioning import partition_for
+from django_sqlqueue.worker.loop import Worker
 
 IN_FLIGHT = DeliveryState.Status.IN_FLIGHT
 RETRY = DeliveryState.Status.RETRY

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from django_sqlqueue.limits import KEY_LENGTH, MAX_JSON_DEPTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH
+from django_sqlqueue.rules.limits import KEY_LENGTH, MAX_JSON_DEPTH, MAX_MESSAGE_ID_LENGTH, MAX_TOPIC_LENGTH
 
 TOPIC_ALPHABET = string.ascii_letters + string.digits + "._-"
 

@@ -37,7 +37,7 @@ def running_worker(name: str = "tsk-inproc", **kwargs: Any) -> Iterator[Any]:
 
     from django_sqlqueue.conf import get_settings
     from django_sqlqueue.tasks.discovery import task_consumer_specs
-    from django_sqlqueue.worker import Worker
+    from django_sqlqueue.worker.loop import Worker
 
     worker = Worker(task_consumer_specs(), name=name, conf=get_settings(), **kwargs)
     errors: list[BaseException] = []

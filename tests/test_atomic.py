@@ -1,4 +1,4 @@
-"""Atomic consumers (django_sqlqueue/atomic.py): the handler's writes and its ack commit together.
+"""Atomic consumers (django_sqlqueue/worker/batch/atomic.py): the handler's writes and its ack commit together.
 
 Real database, real workers on threads (``running``), real lease rows, real second
 connections; nothing mocked. The handlers' effects are ``Handled`` rows, which have no
@@ -16,10 +16,10 @@ from django.db import connection, connections, transaction
 
 from django_sqlqueue import ConfigurationError, consumer, publish
 from django_sqlqueue.consumers import registry
+from django_sqlqueue.db.store import FetchPlan
 from django_sqlqueue.exceptions import FenceLost
 from django_sqlqueue.models import DeliveryState, Message, PartitionLease
-from django_sqlqueue.progress import BatchProgress
-from django_sqlqueue.store import FetchPlan
+from django_sqlqueue.worker.batch.progress import BatchProgress
 from tests.conftest import Worker as Thread
 from tests.consumerapp.models import Handled
 
@@ -609,7 +609,7 @@ def test_queue_status_lists_the_declared_consumers_and_whether_they_are_atomic(d
 
     from django.core.management import call_command
 
-    from django_sqlqueue.status import queue_status
+    from django_sqlqueue.ops.status import queue_status
 
     assert [(c.group, c.topic, c.atomic) for c in queue_status().atomic_consumers] == [("shown", TOPIC, "per batch")]
     out = StringIO()

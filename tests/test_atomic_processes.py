@@ -1,4 +1,4 @@
-"""Atomic consumers in real ``runconsumer`` processes (django_sqlqueue/atomic.py): kill -9.
+"""Atomic consumers in real ``runconsumer`` processes (django_sqlqueue/worker/batch/atomic.py): kill -9.
 
 The handler (``tests/consumerapp/consumers.py``, group ``atomic``) records a ``Handled`` row
 first, inside its transaction. A worker killed mid-handler leaves no row of that attempt: the

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from django_sqlqueue.backoff import JITTER, retry_delay
+from django_sqlqueue.rules.backoff import JITTER, retry_delay
 
 
 def test_jitter_is_twenty_percent():

@@ -1,4 +1,4 @@
-"""One batch (django_sqlqueue/batch.py): handlers run, outcomes decided and written.
+"""One batch (django_sqlqueue/worker/batch/runner.py): handlers run, outcomes decided and written.
 
 No worker and no thread: each test leases a partition, records the deliveries the way a
 poll does (``mark_delivered``) and runs ``BatchRunner.run`` on this thread against the
@@ -14,11 +14,11 @@ import threading
 import pytest
 
 from django_sqlqueue import Reject, Retry
-from django_sqlqueue.batch import BatchRunner, Stats, attempt_number, describe_error
-from django_sqlqueue.dlq import REPLAY_KEY, UNDECODABLE_KEY
-from django_sqlqueue.handlers import HandlerRunner
-from django_sqlqueue.retry import Retrying
-from django_sqlqueue.subscription import Subscription
+from django_sqlqueue.db.retry import Retrying
+from django_sqlqueue.rules.dlq import REPLAY_KEY, UNDECODABLE_KEY
+from django_sqlqueue.worker.batch.handlers import HandlerRunner
+from django_sqlqueue.worker.batch.runner import BatchRunner, Stats, attempt_number, describe_error
+from django_sqlqueue.worker.subscription import Subscription
 from tests.engine_helpers import (
     IN_FLIGHT,
     RETRY,

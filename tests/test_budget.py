@@ -12,13 +12,13 @@ from collections.abc import Iterator
 import pytest
 from django.db import OperationalError, connection, connections
 
-from django_sqlqueue.budget import ConnectionBudget, connection_budget, room_warning
-from django_sqlqueue.dialects import get_dialect
-from django_sqlqueue.outage import is_unreachable
-from django_sqlqueue.retry import is_transient
+from django_sqlqueue.db.dialects import get_dialect
+from django_sqlqueue.db.retry import is_transient
+from django_sqlqueue.db.store import QueueStore
 from django_sqlqueue.schedules import parse_schedule
-from django_sqlqueue.store import QueueStore
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.worker.budget import ConnectionBudget, connection_budget, room_warning
+from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.outage import is_unreachable
 
 from .engine_helpers import fast_conf, requires_vendor, running, spec, wait_until
 

@@ -1,10 +1,10 @@
-"""The poll loop's cadence (django_sqlqueue/cadence.py): pure arithmetic on a clock."""
+"""The poll loop's cadence (django_sqlqueue/worker/cadence.py): pure arithmetic on a clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from django_sqlqueue.cadence import Cadence
+from django_sqlqueue.worker.cadence import Cadence
 
 
 class Clock:

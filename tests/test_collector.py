@@ -1,4 +1,4 @@
-"""A worker's garbage collection between polls (django_sqlqueue/collector.py)."""
+"""A worker's garbage collection between polls (django_sqlqueue/worker/threads/collector.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from django_sqlqueue.collector import GarbageCollector
+from django_sqlqueue.db.retry import Retrying
 from django_sqlqueue.models import Message
-from django_sqlqueue.outage import OutageReporter
-from django_sqlqueue.retry import Retrying
-from django_sqlqueue.subscription import Subscription
+from django_sqlqueue.worker.outage import OutageReporter
+from django_sqlqueue.worker.subscription import Subscription
+from django_sqlqueue.worker.threads.collector import GarbageCollector
 
 from .engine_helpers import Calls, caught_up, fast_conf, leased, publish_to, running, spec, store, wait_until
 

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 from django.db import IntegrityError, OperationalError, connection
 
-from django_sqlqueue.dialects import get_dialect
-from django_sqlqueue.dialects.base import InsertPlan, MessageRow
+from django_sqlqueue.db.dialects import get_dialect
+from django_sqlqueue.db.dialects.base import InsertPlan, MessageRow
 from django_sqlqueue.models import Message
 from django_sqlqueue.publisher import publish
 

@@ -1,4 +1,4 @@
-"""Engine connections (django_sqlqueue/engine_session.py): a frozen transaction's locks go.
+"""Engine connections (django_sqlqueue/db/session.py): a frozen transaction's locks go.
 
 A thread stands in for a worker frozen inside one of its fenced transactions: it
 share-locks its lease row (``lock_held``, the fence of every delivery write) and then
@@ -16,7 +16,7 @@ from contextlib import nullcontext
 import pytest
 from django.db import DatabaseError, connection
 
-from django_sqlqueue.engine_session import engine_connections
+from django_sqlqueue.db.session import engine_connections
 from django_sqlqueue.models import PartitionLease
 
 from .engine_helpers import by_vendor, db_now, requires_vendor, store

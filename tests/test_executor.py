@@ -11,8 +11,8 @@ from django.db import connections
 from django_sqlqueue import publish_many
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import registry
-from django_sqlqueue.executor import PartitionExecutor
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.threads.executor import PartitionExecutor
 from tests.task_helpers import task_settings, wait_until
 from tests.taskapp.consumers import CONC_GROUP, CONC_TOPIC
 from tests.taskapp.models import Run
@@ -68,7 +68,7 @@ def test_executor_rejects_bad_sizes() -> None:
 
 def test_executor_threads_close_their_connections() -> None:
     executor = PartitionExecutor(2)
-    from django_sqlqueue.executor import PartitionsInFlight
+    from django_sqlqueue.worker.threads.executor import PartitionsInFlight
 
     in_flight = PartitionsInFlight()
     opened: list[object] = []

@@ -8,8 +8,8 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_sqlqueue.gc import collect_garbage
 from django_sqlqueue.models import ConsumerOffset, Message
+from django_sqlqueue.ops.gc import collect_garbage
 
 from .engine_helpers import (
     age_messages,

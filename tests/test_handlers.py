@@ -15,8 +15,8 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from django_sqlqueue import Reject, Retry, publish, publish_many
-from django_sqlqueue.handlers import HandlerRunner
 from django_sqlqueue.models import DeliveryState, Message
+from django_sqlqueue.worker.batch.handlers import HandlerRunner
 from tests.consumerapp.models import Handled
 
 from .engine_helpers import (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from django_sqlqueue.healthfile import HealthFile
+from django_sqlqueue.worker.healthfile import HealthFile
 
 from .processes import wait_until
 

@@ -1,4 +1,4 @@
-"""The lease keeper (django_sqlqueue/leasing.py), one round at a time, without threads.
+"""The lease keeper (django_sqlqueue/worker/threads/leasing.py), one round at a time, without threads.
 
 ``LeaseKeeper.rebalance`` is called directly; assertions read the lease, heartbeat and
 watermark rows. The keeper's thread and its supervision are tests/test_service.py.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from django_sqlqueue.instruments import Instruments
-from django_sqlqueue.leasing import LeaseKeeper
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, PausedTopic, SubscriberHeartbeat
-from django_sqlqueue.subscription import Subscription
+from django_sqlqueue.worker.subscription import Subscription
+from django_sqlqueue.worker.threads.leasing import LeaseKeeper
 
 from .engine_helpers import fast_conf, publish_to, spec, store, watermark
 from .factories import PausedTopicFactory

@@ -8,9 +8,9 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from django_sqlqueue.dialects import get_dialect
+from django_sqlqueue.db.dialects import get_dialect
+from django_sqlqueue.db.store.log import LOG_COLUMNS, LogFilter, LogStore
 from django_sqlqueue.models import Message
-from django_sqlqueue.store.log import LOG_COLUMNS, LogFilter, LogStore
 
 from .engine_helpers import publish_to, requires_vendor, store
 

@@ -1,4 +1,4 @@
-"""Where worker log records go: the project's LOGGING unless ``-v`` is given (django_sqlqueue.logsetup)."""
+"""Where worker log records go: the project's LOGGING unless ``-v`` is given (django_sqlqueue.worker.logsetup)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from django_sqlqueue import publish, publish_many
 from django_sqlqueue.conf import DEFAULT_PARTITIONS as PARTITIONS
-from django_sqlqueue.logsetup import configure_worker_logging
-from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.rules.partitioning import partition_for
+from django_sqlqueue.worker.logsetup import configure_worker_logging
 from tests.consumerapp.models import Handled
 
 from .engine_helpers import caught_up, dead_letters, wait_until
@@ -77,8 +77,8 @@ def test_explicit_v_adds_a_stderr_handler_when_none_reaches_the_console(clean_lo
     configure_worker_logging(3)
     configure_worker_logging(3)  # idempotent: one handler
     assert len(ours.handlers) == 1 and ours.level == logging.DEBUG
-    logging.getLogger("django_sqlqueue.leasing").debug("renewed leases x=1")
-    assert "DEBUG django_sqlqueue.leasing renewed leases x=1" in stream.getvalue()
+    logging.getLogger("django_sqlqueue.worker.threads.leasing").debug("renewed leases x=1")
+    assert "DEBUG django_sqlqueue.worker.threads.leasing renewed leases x=1" in stream.getvalue()
     for handler in root.handlers:
         handler.flush()
     assert "renewed leases x=1" in (tmp_path / "root.log").read_text()  # still propagates
@@ -105,7 +105,7 @@ def test_root_only_logging_receives_the_worker_records_and_failures_with_traceba
 
     text = logfile.read_text()
     assert "ROOT INFO django_sqlqueue.worker worker starting subscriber=rootlog" in text
-    assert "ROOT INFO django_sqlqueue.leasing acquired leases group=g1" in text
+    assert "ROOT INFO django_sqlqueue.worker.threads.leasing acquired leases group=g1" in text
     failures = [line for line in text.splitlines() if "handler failed" in line]
     assert len(failures) == 3, text  # max_attempts=3
     assert all(line.startswith("ROOT WARNING django_sqlqueue.worker handler failed") for line in failures)
@@ -142,7 +142,9 @@ def test_v2_shows_debug_lines_for_polls_batches_and_leases(runconsumer, tmp_path
     assert "DEBUG django_sqlqueue.worker poll group=g1 topic=proc.events" in err
     p1 = partition_for("p1", PARTITIONS)
     assert f"DEBUG django_sqlqueue.worker batch group=g1 topic=proc.events partition={p1} size=3 offsets=1-3" in err
-    assert "DEBUG django_sqlqueue.leasing renewed leases group=g1 topic=proc.events subscriber=debug" in err
-    assert "INFO django_sqlqueue.leasing acquired leases group=g1" in err
+    assert (
+        "DEBUG django_sqlqueue.worker.threads.leasing renewed leases group=g1 topic=proc.events subscriber=debug" in err
+    )
+    assert "INFO django_sqlqueue.worker.threads.leasing acquired leases group=g1" in err
     # The records still reach the project's root handler.
     assert "ROOT DEBUG django_sqlqueue.worker batch group=g1" in Path(logfile).read_text()

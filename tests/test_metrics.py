@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_sqlqueue import ops, publish_many
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.metrics import views
 from django_sqlqueue.metrics.gauges import read_snapshot
-from django_sqlqueue.sequencer import sequence
 
 from .console_scene import SETTINGS, build, dead_letter
 

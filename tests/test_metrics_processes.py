@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_sqlqueue import publish_many
-from django_sqlqueue.store import QueueStore
+from django_sqlqueue.db.store import QueueStore
 
 from .processes import wait_until
 

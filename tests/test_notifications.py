@@ -1,4 +1,4 @@
-"""Push wake-ups on PostgreSQL (django_sqlqueue/notifications.py), with real processes.
+"""Push wake-ups on PostgreSQL (django_sqlqueue/worker/threads/listener.py), with real processes.
 
 A worker whose poll intervals are 300 s handles a message within seconds only if a
 notification woke it; a worker whose listener connection is killed goes on (polling finds
@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_sqlqueue import publish
-from django_sqlqueue.notify_channels import MAX_CHANNEL_BYTES, channel_for
+from django_sqlqueue.rules.notify_channels import MAX_CHANNEL_BYTES, channel_for
 from tests.consumerapp.models import Handled
 from tests.processes import wait_until
 
@@ -158,8 +158,8 @@ def test_a_worker_is_woken_only_for_the_partitions_it_leases(runconsumer):
 
 
 def test_the_listener_wakes_its_worker_only_for_the_partitions_it_wants():
-    from django_sqlqueue.notifications import Listener
-    from django_sqlqueue.outage import OutageReporter
+    from django_sqlqueue.worker.outage import OutageReporter
+    from django_sqlqueue.worker.threads.listener import Listener
 
     woke: list[int] = []
     listener = Listener(

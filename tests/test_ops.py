@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_sqlqueue import ops, publish
-from django_sqlqueue.dlq import REPLAY_KEY, is_for_other_group
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import (
     ConsumerOffset,
     DeliveryState,
@@ -20,7 +20,7 @@ from django_sqlqueue.models import (
     PausedTopic,
     SubscriberHeartbeat,
 )
-from django_sqlqueue.sequencer import sequence
+from django_sqlqueue.rules.dlq import REPLAY_KEY, is_for_other_group
 
 from . import console_scene
 from .console_scene import SETTINGS, build

@@ -19,8 +19,8 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from django_sqlqueue import publish, publish_many
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import Message
-from django_sqlqueue.sequencer import sequence
 
 from .engine_helpers import not_on_sqlite
 

@@ -21,8 +21,8 @@ from django.db import DatabaseError, OperationalError, connection, connections
 from django.db.utils import ProgrammingError
 
 from django_sqlqueue import publish_many
-from django_sqlqueue.outage import OutageReporter, is_unreachable
-from django_sqlqueue.retry import is_transient
+from django_sqlqueue.db.retry import is_transient
+from django_sqlqueue.worker.outage import OutageReporter, is_unreachable
 from tests.consumerapp.models import Handled
 from tests.processes import database_url
 from tests.tcpproxy import TcpProxy
@@ -116,7 +116,9 @@ def test_outage_is_reported_in_a_few_lines_and_everything_is_handled_after_recov
     summaries = [line for line in lines if "database still unreachable" in line]
     recoveries = [line for line in lines if "database reachable again" in line]
     assert len(starts) == 1 and len(recoveries) == 1, log
-    expected = "WARNING django_sqlqueue.outage database unreachable, retrying until it is back alias=default error="
+    expected = (
+        "WARNING django_sqlqueue.worker.outage database unreachable, retrying until it is back alias=default error="
+    )
     assert expected in starts[0]
     counts = [int(re.search(r"failed_attempts=(\d+)", line).group(1)) for line in summaries]
     assert counts == sorted(counts) and counts[0] >= 2, summaries
@@ -211,7 +213,7 @@ def test_too_many_connections_is_an_outage_retried_like_a_lost_connection():
 def test_an_outage_ends_when_every_thread_that_failed_succeeds_again(caplog):
     """The lease keeper cannot open a connection while the poll loop keeps its own: the poll
     loop's successes do not end the outage (nor the keeper's next failure start another)."""
-    caplog.set_level(logging.WARNING, logger="django_sqlqueue.outage")
+    caplog.set_level(logging.WARNING, logger="django_sqlqueue.worker.outage")
     clock = [0.0]
     reporter = OutageReporter(alias="default", report_interval=10, clock=lambda: clock[0])
     refused = DatabaseError('too many connections for role "x"')
@@ -228,7 +230,7 @@ def test_an_outage_ends_when_every_thread_that_failed_succeeds_again(caplog):
         keeper.submit(reporter.reachable).result()
         assert not reporter.in_outage
 
-    lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.outage"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.worker.outage"]
     assert len(lines) == 4, lines  # the start, two summaries (at 10 s and 20 s), the end
     assert lines[0].startswith("database unreachable, retrying until it is back alias=default")
     assert lines[1].startswith("database still unreachable after 10s failed_attempts=11")

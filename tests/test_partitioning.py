@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from django_sqlqueue.partitioning import key_hash, partition_for
+from django_sqlqueue.rules.partitioning import key_hash, partition_for
 
 
 def test_key_hash_is_crc32_of_utf8():
@@ -28,9 +28,7 @@ def test_partition_is_hash_modulo_partitions():
 
 def test_same_key_same_partition_in_another_interpreter():
     """Python's hash() is salted per process; the partition must not be."""
-    code = (
-        "from django_sqlqueue.partitioning import partition_for; print([partition_for(f'k{i}', 16) for i in range(50)])"
-    )
+    code = "from django_sqlqueue.rules.partitioning import partition_for; print([partition_for(f'k{i}', 16) for i in range(50)])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123"}
     ).stdout

@@ -23,11 +23,11 @@ import pytest
 from django.db import connections
 
 from django_sqlqueue import publish_many
-from django_sqlqueue.dlq import UNDECODABLE_KEY
 from django_sqlqueue.exceptions import WorkerCrashed
-from django_sqlqueue.executor import DeadThread, PartitionExecutor, PartitionsInFlight
 from django_sqlqueue.models import PartitionLease
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.rules.dlq import UNDECODABLE_KEY
+from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.threads.executor import DeadThread, PartitionExecutor, PartitionsInFlight
 from tests.consumerapp.consumers import kill_thread
 from tests.engine_helpers import (
     RETRY,

@@ -1,4 +1,4 @@
-"""The probe (django_sqlqueue/probe.py, ``QueueStore.newest_seqs``) and the short looks of the
+"""The probe (django_sqlqueue/worker/probe.py, ``QueueStore.newest_seqs``) and the short looks of the
 cadence that use it, on a real database and a real worker."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from django.db import transaction
 
 from django_sqlqueue import publish
-from django_sqlqueue.probe import Probe
-from django_sqlqueue.store import QueueStore
+from django_sqlqueue.db.store import QueueStore
+from django_sqlqueue.worker.probe import Probe
 from tests.consumerapp.models import Handled
 from tests.processes import wait_until
 

@@ -19,7 +19,7 @@ from django.db.models import Max, Min
 
 from django_sqlqueue import publish, publish_many
 from django_sqlqueue.models import ConsumerOffset, Message, Partition, PartitionLease, SubscriberHeartbeat
-from django_sqlqueue.status import queue_status
+from django_sqlqueue.ops.status import queue_status
 from tests.consumerapp.models import Handled
 from tests.engine_helpers import key_for_partition
 from tests.processes import wait_until

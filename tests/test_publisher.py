@@ -13,6 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue import publish, publish_many
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.exceptions import (
     ConfigurationError,
     IdempotencyConflict,
@@ -21,8 +22,7 @@ from django_sqlqueue.exceptions import (
     PayloadTooLarge,
 )
 from django_sqlqueue.models import Message, Partition
-from django_sqlqueue.partitioning import partition_for
-from django_sqlqueue.sequencer import sequence
+from django_sqlqueue.rules.partitioning import partition_for
 
 from .engine_helpers import not_on_sqlite
 

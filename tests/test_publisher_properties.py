@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 from django_sqlqueue import SQLQueueError, publish, publish_many
 from django_sqlqueue.conf import DEFAULT_MAX_PAYLOAD_BYTES
-from django_sqlqueue.dialects import get_dialect
+from django_sqlqueue.db.dialects import get_dialect
 from django_sqlqueue.exceptions import IdempotencyConflict, InvalidMessage, PayloadTooLarge
-from django_sqlqueue.limits import MAX_JSON_DEPTH
 from django_sqlqueue.models import Message
-from django_sqlqueue.validation import validate_message_id
+from django_sqlqueue.rules.limits import MAX_JSON_DEPTH
+from django_sqlqueue.rules.validation import validate_message_id
 
 from . import strategies as s
 

@@ -9,11 +9,11 @@ from django.test import override_settings
 from django_sqlqueue import publish
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import ConsumerSpec
+from django_sqlqueue.db.store import QueueStore
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models import Partition, Topic
 from django_sqlqueue.ops import OperationError, repartition_topic
-from django_sqlqueue.store import QueueStore
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.worker.loop import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

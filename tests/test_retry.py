@@ -8,8 +8,8 @@ import threading
 import pytest
 from django.db import OperationalError, ProgrammingError, connection, connections, transaction
 
+from django_sqlqueue.db.retry import is_transient, with_retries
 from django_sqlqueue.models import Partition
-from django_sqlqueue.retry import is_transient, with_retries
 
 from .engine_helpers import Calls, by_vendor, error_code, kill_session, requires_vendor, session_id
 from .factories import PartitionFactory

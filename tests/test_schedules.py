@@ -14,12 +14,12 @@ import pytest
 from django.db import connections
 
 from django_sqlqueue.conf import get_settings
+from django_sqlqueue.db.store import QueueStore
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models import Message
-from django_sqlqueue.scheduler import Scheduler
 from django_sqlqueue.schedules import all_schedules, parse_schedule, recurring, schedule_message, unregister
-from django_sqlqueue.store import QueueStore
 from django_sqlqueue.task_models import ScheduleState, TaskResultRecord
+from django_sqlqueue.worker.threads.scheduler import Scheduler
 from tests.task_helpers import task_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)

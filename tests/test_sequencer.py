@@ -1,4 +1,4 @@
-"""The sequencer (django_sqlqueue/sequencer.py): dense offsets for what has committed.
+"""The sequencer (django_sqlqueue/db/sequencer.py): dense offsets for what has committed.
 
 Direct calls on the real database. Offsets in visibility order under concurrent
 publishers are proven in tests/test_ordering.py; a ``kill -9`` mid-sequencing in
@@ -15,8 +15,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_sqlqueue import publish, publish_many
+from django_sqlqueue.db.sequencer import ReadAhead, Sequencer, sequence
 from django_sqlqueue.models import Message, Partition
-from django_sqlqueue.sequencer import ReadAhead, Sequencer, sequence
 
 from .engine_helpers import key_for_partition, not_on_sqlite
 

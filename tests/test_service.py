@@ -1,4 +1,4 @@
-"""Side threads and their supervision (django_sqlqueue/service.py).
+"""Side threads and their supervision (django_sqlqueue/worker/threads/service.py).
 
 A side thread that ends without being asked to -- a crash in the lease keeper's code --
 must stop the worker, which hands back what it can and exits non-zero, instead of
@@ -16,8 +16,8 @@ import pytest
 from django_sqlqueue import publish
 from django_sqlqueue.exceptions import WorkerCrashed
 from django_sqlqueue.models import PartitionLease
-from django_sqlqueue.outage import OutageReporter
-from django_sqlqueue.service import ServiceThread
+from django_sqlqueue.worker.outage import OutageReporter
+from django_sqlqueue.worker.threads.service import ServiceThread
 from tests.consumerapp.models import Handled
 from tests.engine_helpers import fast_conf, key_for_partition, spec, store
 from tests.processes import wait_until
@@ -79,7 +79,7 @@ def test_a_body_that_returns_unasked_is_a_death():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_side_thread_dies_releases_its_leases_and_raises(caplog):
-    from django_sqlqueue.worker import Worker
+    from django_sqlqueue.worker.loop import Worker
 
     topic = "svc.crash"
     handled = []

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_sqlqueue import queue_status
-from django_sqlqueue.status import GroupSummary, PartitionStatus, QueueStatus
+from django_sqlqueue.ops.status import GroupSummary, PartitionStatus, QueueStatus
 
 from .engine_helpers import IN_FLIGHT, RETRY, SCHEDULED, age_lease, fetch_fresh, leased, publish_to, store
 from .factories import DeliveryStateFactory, SubscriberHeartbeatFactory

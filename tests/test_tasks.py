@@ -419,8 +419,8 @@ def _failed_task_record(result_id: str, topic: str, backend: str = "default") ->
 
 def test_the_replay_hook_recognises_a_task_by_its_marker_whatever_the_topic_prefix() -> None:
     """A backend with its own TOPIC_PREFIX: its topics do not start with "tasks."."""
-    from django_sqlqueue import dlq
     from django_sqlqueue.conf import get_settings
+    from django_sqlqueue.rules import dlq
     from django_sqlqueue.tasks.backend import SQLQueueBackend
 
     backend = SQLQueueBackend(
@@ -454,7 +454,7 @@ def test_the_replay_hook_recognises_a_task_by_its_marker_whatever_the_topic_pref
 
 
 def test_the_replay_hook_leaves_other_messages_alone() -> None:
-    from django_sqlqueue import dlq
+    from django_sqlqueue.rules import dlq
     from django_sqlqueue.tasks.replay import replay_task
 
     tasks.add.get_backend()  # the backend registers its hook when it is built

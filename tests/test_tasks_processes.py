@@ -22,7 +22,7 @@ import pytest
 
 from django_sqlqueue import publish_many
 from django_sqlqueue.models import Message
-from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.rules.partitioning import partition_for
 from django_sqlqueue.task_models import TaskResultRecord
 from django_sqlqueue.tasks.compat import TaskResultStatus
 from tests.processes import ConsumerProcess

@@ -406,7 +406,7 @@ def test_drain_tasks_refuses_an_unknown_queue() -> None:
 @pytest.mark.django_db
 def test_drain_refuses_a_group_another_live_worker_holds(register: Any) -> None:
     from django_sqlqueue.conf import get_settings
-    from django_sqlqueue.store import QueueStore
+    from django_sqlqueue.db.store import QueueStore
 
     register(lambda m: None, group="billing")
     store = QueueStore("default")

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.core.management.base import CommandError
 
-from django_sqlqueue.timeparse import parse_time
+from django_sqlqueue.rules.timeparse import parse_time
 
 UTC = dt.UTC
 

@@ -21,13 +21,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue import publish_many
-from django_sqlqueue import sequencer as sequencer_module
-from django_sqlqueue.collector import GarbageCollector
-from django_sqlqueue.gc import collect_garbage
+from django_sqlqueue.db import sequencer as sequencer_module
+from django_sqlqueue.db.retry import Retrying
+from django_sqlqueue.db.sequencer import Sequencer, sequence
 from django_sqlqueue.models import TOPIC_HOUR_SLOTS, ConsumerOffset, Message, Partition, TopicHour
-from django_sqlqueue.outage import OutageReporter
-from django_sqlqueue.retry import Retrying
-from django_sqlqueue.sequencer import Sequencer, sequence
+from django_sqlqueue.ops.gc import collect_garbage
+from django_sqlqueue.worker.outage import OutageReporter
+from django_sqlqueue.worker.threads.collector import GarbageCollector
 
 from .engine_helpers import fast_conf, key_for_partition, not_on_sqlite, publish_to, store
 

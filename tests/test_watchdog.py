@@ -1,4 +1,4 @@
-"""Handler timeouts (django_sqlqueue/watchdog.py): Worker.run() on a thread, real database.
+"""Handler timeouts (django_sqlqueue/worker/threads/watchdog.py): Worker.run() on a thread, real database.
 
 A handler that hangs (it waits on an Event the test sets at the end, so its thread can
 finish) is given up after its consumer's ``timeout``: the attempt fails with a
@@ -17,11 +17,11 @@ import time
 import pytest
 
 from django_sqlqueue import ConfigurationError, consumer
-from django_sqlqueue.budget import connection_budget
 from django_sqlqueue.consumers import DEFAULT, registry
 from django_sqlqueue.exceptions import HandlersStuck
 from django_sqlqueue.models import PartitionLease
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.worker.budget import connection_budget
+from django_sqlqueue.worker.loop import Worker
 
 from .engine_helpers import (
     RETRY,

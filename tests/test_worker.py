@@ -492,7 +492,7 @@ def test_partition_of_a_dead_worker_is_taken_after_its_lease_expires():
 
 
 def test_worker_requires_a_consumer():
-    from django_sqlqueue.worker import Worker
+    from django_sqlqueue.worker.loop import Worker
 
     with pytest.raises(ValueError, match="at least one consumer"):
         Worker([], name="nobody")
@@ -607,7 +607,7 @@ def test_paused_worker_delivers_nothing_until_resumed():
 
 
 def test_worker_refuses_a_partition_count_other_than_the_registered_one():
-    from django_sqlqueue.worker import Worker
+    from django_sqlqueue.worker.loop import Worker
 
     topic = "w.registered"
     assert store().register_topic(topic, 4) == 4

@@ -17,10 +17,10 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from ..limits import MAX_BIGINT
 from ..models import QueueConsole
 from ..ops import OperationError
-from ..timeparse import parse_time as parse_iso_time
+from ..rules.limits import MAX_BIGINT
+from ..rules.timeparse import parse_time as parse_iso_time
 
 APP = "django_sqlqueue"
 VIEW = "view_queue"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_sqlqueue.conf import get_settings
+from django_sqlqueue.db.store.reports import PartitionLag
 from django_sqlqueue.ops.base import store
 from django_sqlqueue.ops.overview import GroupTopicStatus, group_statuses
-from django_sqlqueue.store.reports import PartitionLag
 
 #: Dead-letter counts are capped (an index range of at most this many + 1 rows each).
 DEAD_LETTER_CAP = 100_000

@@ -23,7 +23,7 @@ def binary_collation(apps, schema_editor):
 
 def backfill(apps, schema_editor):
     """Count the numbered messages still in the log: one INSERT ... SELECT ... GROUP BY."""
-    from django_sqlqueue.dialects import get_dialect
+    from django_sqlqueue.db.dialects import get_dialect
     from django_sqlqueue.models import TOPIC_HOUR_SLOTS
 
     connection = schema_editor.connection

@@ -1,14 +1,14 @@
 """What the operator services share: their errors, the queue database, the store on it.
 
 No SQL here: every statement against the queue tables is a method of the store
-(:class:`~django_sqlqueue.store.QueueStore`).
+(:class:`~django_sqlqueue.db.store.QueueStore`).
 """
 
 from __future__ import annotations
 
 from ..conf import get_settings
+from ..db.store import QueueStore
 from ..exceptions import SQLQueueError
-from ..store import QueueStore
 
 
 class OperationError(SQLQueueError, ValueError):

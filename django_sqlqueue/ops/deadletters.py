@@ -2,7 +2,7 @@
 
 A dead letter is a row of a dead-letter topic ``<topic><DLQ_SUFFIX>`` with
 ``original_topic`` set and the id ``<group>:<original id>``; the naming rules live in
-``django_sqlqueue.dlq``. The reads here are ORM queries on ``Message``: the dead-letter
+``django_sqlqueue.rules.dlq``. The reads here are ORM queries on ``Message``: the dead-letter
 topics are ranges of the (topic, seq) and (topic, id) indexes, never a scan of the log.
 """
 
@@ -15,8 +15,15 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from ..conf import get_settings
-from ..dlq import dead_letter_id_prefix, dead_letter_info, dlq_topic, is_dlq_topic, parse_dead_letter_id, replay_marker
 from ..models import Message
+from ..rules.dlq import (
+    dead_letter_id_prefix,
+    dead_letter_info,
+    dlq_topic,
+    is_dlq_topic,
+    parse_dead_letter_id,
+    replay_marker,
+)
 from .base import NotFound, alias, first_line
 from .topics import log_topics
 

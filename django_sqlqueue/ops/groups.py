@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..conf import get_settings
-from ..limits import MAX_BIGINT
-from ..store import DeliveryCounts
-from ..store import lag as partition_lag
-from ..validation import validate_group, validate_topic
+from ..db.store import DeliveryCounts
+from ..db.store import lag as partition_lag
+from ..rules.limits import MAX_BIGINT
+from ..rules.validation import validate_group, validate_topic
 from .base import NotFound, OperationError, store
 
 # -- reading ---------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def heads(topic: str | None = None, using: str | None = None) -> dict[tuple[str,
 def list_groups(group: str | None = None, topic: str | None = None, using: str | None = None) -> list[GroupTopic]:
     """Return every (group, topic) with a watermark row, a subscriber or a pause, sorted.
 
-    Lag is the store's one definition (:func:`django_sqlqueue.store.lag`): messages
+    Lag is the store's one definition (:func:`django_sqlqueue.db.store.lag`): messages
     published and committed that the group has not acked yet, unsequenced ones included.
     """
     s = store(using)

@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from ..conf import get_settings
-from ..store import IN_FLIGHT, RETRY, SCHEDULED
+from ..db.store import IN_FLIGHT, RETRY, SCHEDULED
 from .base import NotFound, first_line, store
 
 
@@ -59,7 +59,7 @@ def release_lease(
     holder it showed, so a lease another subscriber took meanwhile is left alone). The
     holder's fenced writes to the partition become no-ops at once and it drops the
     partition at its next lease round; a subscriber of the group then takes it (see
-    :meth:`~django_sqlqueue.store.positions.PositionStore.release_lease`).
+    :meth:`~django_sqlqueue.db.store.positions.PositionStore.release_lease`).
     """
     deleted = store(using).release_lease(group, topic, int(partition), holder)
     if not deleted:

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 
 from ..conf import get_settings
 from ..models import Message
-from ..partitioning import partition_for
+from ..rules.partitioning import partition_for
 from .base import NotFound, OperationError, alias, store
 
 #: The last time a datetime can hold: a "before" bound there has no time after it.

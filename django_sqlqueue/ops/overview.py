@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from ..atomic import describe
 from ..conf import get_settings
 from ..consumers import known_consumers
-from ..dlq import dlq_topic, is_dlq_topic
-from ..store import DeliveryCounts, QueueStore
+from ..db.store import DeliveryCounts, QueueStore
+from ..rules.atomic_modes import describe
+from ..rules.dlq import dlq_topic, is_dlq_topic
 from .base import alias, store
 from .groups import GroupTopic, list_groups
 from .leases import Lease, Subscriber, list_leases, list_subscribers

@@ -2,7 +2,7 @@
 
 A paused (group, topic) holds no lease: the pause deletes the leases in its own
 transaction and the workers' lease keepers take none while the row exists (see
-``leasing.py`` and :meth:`~django_sqlqueue.store.positions.PositionStore.pause`).
+``leasing.py`` and :meth:`~django_sqlqueue.db.store.positions.PositionStore.pause`).
 Resuming deletes the row; the next lease round takes partitions again.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from ..limits import TOPIC_COLUMN_LENGTH
-from ..validation import validate_group, validate_topic
+from ..rules.limits import TOPIC_COLUMN_LENGTH
+from ..rules.validation import validate_group, validate_topic
 from .base import store
 
 #: Characters of ``paused_by`` kept (the column's width).

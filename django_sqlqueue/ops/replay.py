@@ -6,21 +6,21 @@ Replay, in one transaction per batch:
    the once-only guard: a second click, or a second operator, waits for the first
    transaction and then finds no row, so it replays nothing;
 2. append a copy of each to its *original* topic: a new message (id
-   ``<original id>@replay<dead-letter seq>``, :func:`django_sqlqueue.dlq.replay_id`,
+   ``<original id>@replay<dead-letter seq>``, :func:`django_sqlqueue.rules.dlq.replay_id`,
    never seen before, so idempotency cannot swallow it; it needs nothing of the
    original, which may have been garbage-collected), same key (hence same partition),
    payload and metadata, plus ``metadata["sqlqueue_replay"] = {"consumer_group": <the
-   failing group>, ...}`` (:func:`django_sqlqueue.dlq.replay_metadata`).
+   failing group>, ...}`` (:func:`django_sqlqueue.rules.dlq.replay_metadata`).
 
 Every group's workers read the copy; those of other groups ack it without calling
-their handler (``django_sqlqueue.dlq.is_for_other_group``, the engine hook), so it
+their handler (``django_sqlqueue.rules.dlq.is_for_other_group``, the engine hook), so it
 is delivered again to the failing group only. Should the copy fail again, it is
 dead-lettered again as a new dead letter (its id differs), which can be replayed in
 turn; the replay metadata keeps the first original id and counts the replays.
 
 An integration whose messages carry state outside the log (the tasks backend)
 registers a replay hook (``dlq.register_replay_hook``); each copy's payload goes
-through :func:`django_sqlqueue.dlq.prepare_replay_payload`, inside the transaction.
+through :func:`django_sqlqueue.rules.dlq.prepare_replay_payload`, inside the transaction.
 Purge takes the same locks and deletes without copying.
 """
 
@@ -32,11 +32,11 @@ from typing import Any
 
 from django.db import transaction
 
-from ..dlq import prepare_replay_payload, replay_id, replay_metadata
-from ..limits import MAX_BIGINT
 from ..models import Message
 from ..publisher import write_messages
-from ..validation import PreparedMessage, encode_json
+from ..rules.dlq import prepare_replay_payload, replay_id, replay_metadata
+from ..rules.limits import MAX_BIGINT
+from ..rules.validation import PreparedMessage, encode_json
 from .base import OperationError, alias
 from .deadletters import DEFAULT_BATCH, DeadLetter, DeadLetterFilter, from_message, matching
 

@@ -26,8 +26,8 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..store import QueueStore
-from ..validation import validate_group, validate_topic
+from ..db.store import QueueStore
+from ..rules.validation import validate_group, validate_topic
 from .base import NotFound, OperationError, alias, store
 
 POSITIONS = ("earliest", "latest")
@@ -188,7 +188,7 @@ def seek(
 ) -> SeekPlan:
     """Move ``group``'s watermarks on ``topic`` (see :func:`plan_seek`), safely with live workers.
 
-    One transaction (:meth:`~django_sqlqueue.store.positions.PositionStore.seek_to`): (1)
+    One transaction (:meth:`~django_sqlqueue.db.store.positions.PositionStore.seek_to`): (1)
     delete the partitions' leases -- the fence, see the module docstring; (2) lock the
     group's offset rows and compute the plan again from them; (3) rewind: delete the
     partition's delivery state, so every message above the new watermark is delivered

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from ..conf import MAX_PARTITIONS, get_settings
-from ..dlq import is_dlq_topic
-from ..limits import TOPIC_COLUMN_LENGTH
-from ..validation import validate_topic
+from ..rules.dlq import is_dlq_topic
+from ..rules.limits import TOPIC_COLUMN_LENGTH
+from ..rules.validation import validate_topic
 from .base import NotFound, OperationError, store
 
 logger = logging.getLogger(__name__)

@@ -84,7 +84,7 @@ def _load_jdbc(
     from .runtime import driver_database
 
     with driver_database(options) as alias:
-        from ..store.log import LogStore
+        from ..db.store.log import LogStore
         from .reader import run_sequencer
 
         run_sequencer(alias, topics)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigurationError
-from ..limits import CONSUMER_GROUP_LENGTH, MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
-from ..timeparse import parse_time
+from ..rules.limits import CONSUMER_GROUP_LENGTH, MAX_DLQ_SUFFIX_LENGTH, MAX_TOPIC_LENGTH, TOPIC_RE
+from ..rules.timeparse import parse_time
 
 #: Option names of the connection (all lower-case, as Spark delivers them).
 CONNECTION_OPTIONS = ("engine", "host", "port", "database", "user", "password", "dboptions", "sqlqueue")

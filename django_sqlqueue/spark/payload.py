@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import SQLQueueError
-from ..timeparse import parse_time
+from ..rules.timeparse import parse_time
 from .options import SparkOptionError
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")

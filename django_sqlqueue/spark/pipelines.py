@@ -144,14 +144,14 @@ def replay_to_group(topic: str, group: str, start_time: dt.datetime, *, using: s
 
     Runs no Spark: it sequences the topic, then writes the group's watermark rows
     (``queue_offsets``) just below that message in every partition
-    (:meth:`~django_sqlqueue.store.positions.PositionStore.start_group`); its workers
+    (:meth:`~django_sqlqueue.db.store.positions.PositionStore.start_group`); its workers
     then consume from there on (a group has no end). A partition without such a
     message starts at its head. Refuses a group that already has watermarks on the
     topic. Returns ``{partition: watermark}``.
     """
-    from django_sqlqueue.sequencer import sequence
-    from django_sqlqueue.store import QueueStore
-    from django_sqlqueue.validation import validate_group
+    from django_sqlqueue.db.sequencer import sequence
+    from django_sqlqueue.db.store import QueueStore
+    from django_sqlqueue.rules.validation import validate_group
 
     validate_group(group)
     alias = using or _alias()

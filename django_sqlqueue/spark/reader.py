@@ -36,7 +36,7 @@ from .runtime import database
 from .schema import COLUMN_NAMES
 
 if TYPE_CHECKING:
-    from ..store.log import LogFilter
+    from ..db.store.log import LogFilter
 
 #: Rows fetched per query while reading one split (keyset pagination on the offset).
 FETCH_ROWS = 10_000
@@ -71,7 +71,7 @@ EVERY_PARTITION = -1
 
 def _moment(name: str, value: Any) -> dt.datetime:
     """A time as Kafka gives it (milliseconds since the epoch) or ISO 8601 (naive = UTC)."""
-    from ..timeparse import parse_time
+    from ..rules.timeparse import parse_time
 
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -117,8 +117,8 @@ def positions_by_time(alias: str, topic: str, stamps: Timestamps) -> dict[int, i
     in ``startingOffsetsByTimestamp``) at its oldest retained message. This reads the
     partition's rows: ``published_at`` has no index.
     """
-    from ..store import QueueStore
-    from ..store.log import LogFilter, LogStore
+    from ..db.store import QueueStore
+    from ..db.store.log import LogFilter, LogStore
 
     log = LogStore(alias)
     times = stamps.get(topic, stamps.get("*", {}))
@@ -263,7 +263,7 @@ def split_range(topic: str, partition: int, first: int, last: int, rows: int) ->
 
 def log_filter(rng: Range) -> LogFilter:
     """Return the store's filter of a read's range (times and partitions; offsets are per split)."""
-    from ..store.log import LogFilter
+    from ..db.store.log import LogFilter
 
     return LogFilter(start_time=rng.start_time, end_time=rng.end_time, partitions=rng.partitions)
 
@@ -278,7 +278,7 @@ def plan(alias: str, topics: Sequence[str], rng: Range, rows_per_split: int) -> 
     """
     # Imported here, not at the top: Spark imports this module while planning, before
     # runtime.database() has set Django up.
-    from ..store.log import LogStore
+    from ..db.store.log import LogStore
 
     store = LogStore(alias)
     splits: list[Split] = []
@@ -310,7 +310,7 @@ def plan(alias: str, topics: Sequence[str], rng: Range, rows_per_split: int) -> 
 
 def read_split(alias: str, split: Split, rng: Range, spec: ReadSpec) -> Iterator[tuple[Any, ...]]:
     """Yield the rows of one split in offset order, ``FETCH_ROWS`` per query, checking for holes."""
-    from ..store.log import LogStore
+    from ..db.store.log import LogStore
 
     rows = LogStore(alias).read_range(
         split.topic, split.partition, split.first, split.last, log_filter(rng), fetch_rows=FETCH_ROWS
@@ -376,7 +376,7 @@ def topic_selection(options: Mapping[str, str]) -> tuple[list[str], re.Pattern[s
 
 def matching_topics(alias: str, pattern: re.Pattern[str]) -> list[str]:
     """The topics of the log (with sequenced partitions, or registered) that ``pattern`` matches whole."""
-    from ..store.log import LogStore
+    from ..db.store.log import LogStore
 
     return sorted(t for t in LogStore(alias).known_topics() if pattern.fullmatch(t))
 
@@ -412,7 +412,7 @@ class MessageReader(DataSourceReader):
 
 def run_sequencer(alias: str, topics: Sequence[str]) -> None:
     """Number the committed unsequenced messages of ``topics`` (safe from any process)."""
-    from ..sequencer import sequence
+    from ..db.sequencer import sequence
 
     for topic in topics:
         sequence(topic, using=alias)

@@ -50,10 +50,10 @@ def collect(spark: Any, options: Mapping[str, str], *, hours: int = 48, using: s
     from pyspark.sql import functions as F
 
     from django_sqlqueue.conf import get_settings
-    from django_sqlqueue.dlq import is_dlq_topic
+    from django_sqlqueue.db.sequencer import sequence
+    from django_sqlqueue.db.store import QueueStore
     from django_sqlqueue.models import DeliveryState, Message
-    from django_sqlqueue.sequencer import sequence
-    from django_sqlqueue.store import QueueStore
+    from django_sqlqueue.rules.dlq import is_dlq_topic
 
     conf = get_settings()
     alias = using or conf.DATABASE

@@ -72,14 +72,14 @@ K = TypeVar("K", bound=Hashable)
 def head_offsets(alias: str, topic: str) -> dict[int, int]:
     """Return ``{partition: head offset}`` of the topic's sequenced partitions."""
     # Imported here: Django is set up by runtime.database(), after Spark imported this module.
-    from ..store.log import LogStore
+    from ..db.store.log import LogStore
 
     return LogStore(alias).head_offsets(topic)
 
 
 def earliest_offsets(alias: str, topic: str) -> dict[int, int]:
     """Return, per partition, the offset just below the oldest retained message (the head if none)."""
-    from ..store.log import LogFilter, LogStore
+    from ..db.store.log import LogFilter, LogStore
 
     store = LogStore(alias)
     marks = store.head_offsets(topic)
@@ -187,7 +187,7 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets: Offsets = {}
         with database(self.options) as alias:
             # Imported once Django is set up (by database()).
-            from ..store import QueueStore
+            from ..db.store import QueueStore
 
             store = QueueStore(alias)
             topics = self._topics(alias)
@@ -280,7 +280,7 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.group or not offsets or offsets == self.written:
             return
         with database(self.options) as alias:
-            from ..store import QueueStore
+            from ..db.store import QueueStore
 
             store = QueueStore(alias)
             if not self.written:

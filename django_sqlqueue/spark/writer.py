@@ -136,7 +136,7 @@ class Publisher:
 
     def __init__(self, options: Mapping[str, str], schema: Any, *, streaming: bool) -> None:
         from ..exceptions import InvalidMessage
-        from ..validation import validate_topic
+        from ..rules.validation import validate_topic
 
         options = self.options = check_options(options, "write")
         topics = get_topics(options)
@@ -208,7 +208,7 @@ class Publisher:
 
     def _prepare_row(self, row: Any, position: int, row_id: Any, max_bytes: int) -> Any:
         from ..exceptions import InvalidMessage
-        from ..validation import prepare_message
+        from ..rules.validation import prepare_message
 
         c = self.columns
         payload = row[c.payload]

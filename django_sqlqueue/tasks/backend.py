@@ -23,13 +23,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import dlq, tracing
-from ..atomic import validate_atomic
+from .. import tracing
 from ..conf import get_settings
 from ..consumers import DEFAULT
 from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish_message
-from ..validation import validate_group, validate_message_id, validate_topic
+from ..rules import dlq
+from ..rules.atomic_modes import validate_atomic
+from ..rules.validation import validate_group, validate_message_id, validate_topic
 from .compat import (
     BaseTaskBackend,
     InvalidTask,

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..exceptions import InvalidMessage
-from ..validation import validate_key
+from ..rules.validation import validate_key
 
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("sqlqueue_task_key", default="")
 

@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..dbconn import close_all_quietly, tidy_connections
+from ..db.conn import close_all_quietly, tidy_connections
 from ..task_models import TaskResultRecord
 from . import results
 

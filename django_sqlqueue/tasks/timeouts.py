@@ -1,7 +1,7 @@
 """Task timeouts: per queue (``OPTIONS["TIMEOUT"]``) and per task (:func:`task_timeout`).
 
 A task runs as the handler of its queue's consumer, so it has that consumer's timeout
-(``django_sqlqueue.watchdog``): by default the queue's visibility timeout,
+(``django_sqlqueue.worker.threads.watchdog``): by default the queue's visibility timeout,
 ``OPTIONS["TIMEOUT"]`` to choose one for every queue of the backend -- a number of
 seconds, ``None`` for no limit, or a dict by queue name -- and :func:`task_timeout` for
 one task::

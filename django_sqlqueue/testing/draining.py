@@ -3,9 +3,9 @@
 :func:`drain` is a worker run in-process, synchronously, on the calling thread and its
 database connection, until nothing is left to deliver. It is the engine's own path --
 the :class:`~django_sqlqueue.worker.Worker`'s topic registration, the lease keeper's
-round (taken synchronously, no thread), the :class:`~django_sqlqueue.poller.Poller`
+round (taken synchronously, no thread), the :class:`~django_sqlqueue.worker.poller.Poller`
 (sequencer, poll state, fetch, ``mark_delivered``) and the
-:class:`~django_sqlqueue.batch.BatchRunner` (handlers, acks, nacks, dead letters) --
+:class:`~django_sqlqueue.worker.batch.runner.BatchRunner` (handlers, acks, nacks, dead letters) --
 with two differences:
 
 - **retry delays are collapsed**: a failed attempt is nacked with a delay of 0 (instead
@@ -43,15 +43,15 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from ..batch import BatchRunner, Outcomes
 from ..conf import QueueSettings, get_settings
 from ..consumers import ConsumerSpec, ReceivedMessage, known_consumers
+from ..db.store import FetchedMessage
 from ..exceptions import TestingError
-from ..handlers import HandlerRunner
-from ..progress import BatchProgress
-from ..store import FetchedMessage
-from ..subscription import Subscription
-from ..worker import Worker
+from ..worker.batch.handlers import HandlerRunner
+from ..worker.batch.progress import BatchProgress
+from ..worker.batch.runner import BatchRunner, Outcomes
+from ..worker.loop import Worker
+from ..worker.subscription import Subscription
 
 _drains = itertools.count(1)
 

@@ -13,7 +13,7 @@ import os
 from django.db import transaction
 
 from django_sqlqueue import ReceivedMessage, consumer, publish
-from django_sqlqueue.dlq import REPLAY_KEY
+from django_sqlqueue.rules.dlq import REPLAY_KEY
 
 WORKER = os.environ.get("SQLQUEUE_TEST_WORKER", f"pid{os.getpid()}")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import Message
 from django_sqlqueue.publisher import publish_many
-from django_sqlqueue.sequencer import sequence
 
 
 def publish_sequenced(topic: str, count: int, *, keys: int = 5, prefix: str = "m", start: int = 0) -> None:

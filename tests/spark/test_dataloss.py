@@ -16,8 +16,8 @@ from django.core.management import call_command
 from django.db import connections
 
 from django_sqlqueue import ops
-from django_sqlqueue.gc import collect_garbage
 from django_sqlqueue.models import ConsumerOffset, Message, Partition
+from django_sqlqueue.ops.gc import collect_garbage
 
 from .helpers import publish_sequenced, reader, run_to_parquet, stream
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import Message
 from django_sqlqueue.publisher import publish_many
-from django_sqlqueue.sequencer import sequence
 
 from .helpers import reader
 

@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import ConsumerOffset, Message
 from django_sqlqueue.publisher import write_dead_letter
-from django_sqlqueue.sequencer import sequence
 
 from .helpers import publish_sequenced, stored
 
@@ -175,9 +175,9 @@ def test_report_is_html_with_its_plots(spark, tmp_path):
 
 def test_report_counts_a_topic_whose_log_was_consumed_and_garbage_collected(spark, tmp_path):
     """Messages per hour come from the sequencer's counters (queue_topic_hours), not the log."""
-    from django_sqlqueue.gc import collect_garbage
+    from django_sqlqueue.db.store import QueueStore
     from django_sqlqueue.models import Partition
-    from django_sqlqueue.store import QueueStore
+    from django_sqlqueue.ops.gc import collect_garbage
 
     started = timezone.now()
     publish_sequenced("archived", 40, keys=4)

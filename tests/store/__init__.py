@@ -1,4 +1,4 @@
-"""QueueStore (``django_sqlqueue/store/``): one test module per store module, against real
+"""QueueStore (``django_sqlqueue/db/store/``): one test module per store module, against real
 rows and the database clock.
 
 Messages are published through keys chosen for their hash (``key_for_partition``) and

@@ -161,7 +161,7 @@ def test_advance_watermark_passes_offsets_whose_messages_were_deleted():
 
 
 def test_advance_watermark_converges_over_more_rows_than_one_scan():
-    from django_sqlqueue.store import ADVANCE_SCAN
+    from django_sqlqueue.db.store import ADVANCE_SCAN
 
     n = ADVANCE_SCAN + 205
     fill(A, n)

@@ -10,11 +10,11 @@ from django.db import connection
 from django.test import override_settings
 
 from django_sqlqueue import publish, publish_many
-from django_sqlqueue.dialects import get_dialect
-from django_sqlqueue.dlq import UNDECODABLE_KEY
+from django_sqlqueue.db.dialects import get_dialect
+from django_sqlqueue.db.store import FetchPlan
+from django_sqlqueue.db.store.delivery import decode_columns
 from django_sqlqueue.models import DeliveryState, Message
-from django_sqlqueue.store import FetchPlan
-from django_sqlqueue.store.delivery import decode_columns
+from django_sqlqueue.rules.dlq import UNDECODABLE_KEY
 
 from ..engine_helpers import (
     IN_FLIGHT,
@@ -215,7 +215,7 @@ def test_fetch_is_not_blocked_by_a_nacked_message_with_many_rows_behind_it():
 
 
 def test_fetch_spans_more_partitions_than_one_statement_holds():
-    from django_sqlqueue.store import FETCH_CHUNK
+    from django_sqlqueue.db.store import FETCH_CHUNK
 
     n = FETCH_CHUNK + 30
     with override_settings(SQLQUEUE={"TOPICS": {T: {"partitions": n}}}):

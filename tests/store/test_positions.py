@@ -15,6 +15,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from django_sqlqueue.db.store.positions import GROUP_TABLES
 from django_sqlqueue.models import (
     ConsumerOffset,
     DeliveryState,
@@ -25,7 +26,6 @@ from django_sqlqueue.models import (
 )
 from django_sqlqueue.spark.options import SparkOptionError
 from django_sqlqueue.spark.pipelines import replay_to_group
-from django_sqlqueue.store.positions import GROUP_TABLES
 
 from ..engine_helpers import (
     IN_FLIGHT,

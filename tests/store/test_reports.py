@@ -14,8 +14,8 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_sqlqueue import ops, queue_status
-from django_sqlqueue.sequencer import sequence
-from django_sqlqueue.store import DeliveryCounts, PartitionLag, lag
+from django_sqlqueue.db.sequencer import sequence
+from django_sqlqueue.db.store import DeliveryCounts, PartitionLag, lag
 
 from ..engine_helpers import (
     IN_FLIGHT,

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqlqueue.exceptions import SQLQueueError
-from django_sqlqueue.timeparse import parse_time as parse_iso_time
+from django_sqlqueue.rules.timeparse import parse_time as parse_iso_time
 
 Handler = Callable[["SubcommandCommand", dict[str, Any]], None]
 Subcommand = tuple[str, Callable[[CommandParser], None], Handler]

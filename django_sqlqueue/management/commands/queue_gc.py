@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_sqlqueue.gc import collect_garbage
+from django_sqlqueue.ops.gc import collect_garbage
 
 
 class Command(BaseCommand):

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqlqueue.exceptions import SQLQueueError
-from django_sqlqueue.timeparse import parse_time
+from django_sqlqueue.rules.timeparse import parse_time
 
 logger = logging.getLogger("django_sqlqueue.pipeline")
 
@@ -138,7 +138,7 @@ class Command(BaseCommand):
 
     def _export(self, spark: Any, source_options: dict[str, str], options: dict[str, Any]) -> None:
         from django_sqlqueue.conf import get_settings
-        from django_sqlqueue.dlq import dlq_topic
+        from django_sqlqueue.rules.dlq import dlq_topic
         from django_sqlqueue.spark.pipelines import export
 
         topics = options["topic"]

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_sqlqueue.ops import list_topics
-from django_sqlqueue.status import ConsumerInfo, queue_status
+from django_sqlqueue.ops.status import ConsumerInfo, queue_status
 
 from ._console import table
 

@@ -11,11 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
 from django_sqlqueue.exceptions import ConfigurationError, WorkerCrashed
-from django_sqlqueue.logsetup import configure_worker_logging
 from django_sqlqueue.schedules import all_schedules
-from django_sqlqueue.shutdown import graceful_signals
 from django_sqlqueue.tasks.discovery import task_consumer_specs
-from django_sqlqueue.worker import Worker
+from django_sqlqueue.worker.logsetup import configure_worker_logging
+from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.shutdown import graceful_signals
 
 
 class Command(BaseCommand):
@@ -23,7 +23,7 @@ class Command(BaseCommand):
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
-        # None = -v not given: the project's LOGGING decides (django_sqlqueue.logsetup).
+        # None = -v not given: the project's LOGGING decides (django_sqlqueue.worker.logsetup).
         parser.set_defaults(verbosity=None)
         return parser
 

@@ -29,7 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import Client
 
 from django_sqlqueue.models import Message, PartitionLease, SubscriberHeartbeat
-from django_sqlqueue.status import queue_status
+from django_sqlqueue.ops.status import queue_status
 from testproject.orders.models import Order
 from testproject.orders.views import TOPIC
 

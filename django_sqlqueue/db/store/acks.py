@@ -1,0 +1,364 @@
+"""Outcomes of deliveries: acks, nacks, dead letters, and the watermark.
+
+Every write here is fenced by the subscriber's lease (``StoreBase.lock_held``): a worker
+that lost a partition -- its lease expired and was stolen, or an operator released it or
+moved the group's position -- cannot ack, nack or move the watermark of that partition
+any more. So an operator's rewind is never undone by a late ack from the former holder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from django.db import transaction
+
+from ...exceptions import FenceLost, InvalidMessage
+from ...publisher import write_dead_letter
+from ...rules.dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
+from ...rules.validation import MAX_ERROR_LENGTH, encode_json
+from .base import IN_FLIGHT, RETRY, StoreBase, in_list
+from .delivery import FetchedMessage
+
+#: Delivery-state rows read per watermark step.
+ADVANCE_SCAN = 1000
+#: Offsets without a delivery row looked up at once when the walk meets one.
+ADVANCE_PROBE = 100
+
+
+class AckStore(StoreBase):
+    def ensure_offsets(self, group: str, topic: str, partitions: Sequence[int]) -> None:
+        """Create the group's watermark rows for partitions it starts consuming.
+
+        A new group starts at the oldest retained message: the watermark is set just
+        below it (or at the head when nothing is retained), so a partition whose start
+        was garbage-collected does not wait forever for offsets that no longer exist.
+        """
+        d, P, OFF = self.dialect, self.P, self.OFF
+        for partition in sorted(set(partitions)):
+            self._execute(
+                f"INSERT INTO queue_offsets (consumer_group, topic, {P}, offset_acked, updated_at) "
+                # The subquery takes constants, not p's columns: correlated, MariaDB would
+                # walk the partition's unsequenced (NULL) entries before the first offset.
+                f"SELECT %s, p.topic, p.{P}, COALESCE((SELECT m.{OFF} FROM queue_messages m "
+                f"WHERE m.topic = %s AND m.{P} = %s AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1) - 1, "
+                f"p.head_offset), {d.now_sql} FROM queue_partitions p WHERE p.topic = %s AND p.{P} = %s "
+                f"{d.on_conflict_ignore(['consumer_group', 'topic', 'partition'], 'offset_acked')}",
+                [group, topic, partition, topic, partition],
+            )
+
+    def nack(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        delays: Sequence[tuple[int, int, float]],
+        errors: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
+        """Make messages invisible for their retry delay (status RETRY).
+
+        ``errors`` maps (partition, offset) to the failed attempt's error, kept in
+        ``last_error`` for the console (cut to ``MAX_ERROR_LENGTH``).
+        """
+        d, P = self.dialect, self.P
+        errors = errors or {}
+        with self.transaction() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
+            for partition, offset, delay in sorted(delays):
+                if partition not in held:
+                    continue
+                until, params = d.now_plus(delay)
+                error = errors.get((partition, offset))
+                cursor.execute(
+                    f"UPDATE queue_delivery_state SET status = {RETRY}, invisible_until = {until}, last_error = %s "
+                    f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
+                    [*params, None if error is None else error[:MAX_ERROR_LENGTH], group, topic, partition, offset],
+                )
+
+    def ack(self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]]) -> None:
+        """Mark messages acked for ``group`` (one statement after the lease check)."""
+        if not keys:
+            return
+        with self.transaction() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _ in keys])
+            keys = [k for k in keys if k[0] in held]
+            if not keys:
+                return
+            match, match_params = self.match_offsets(keys)
+            cursor.execute(
+                f"UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s AND {match}",
+                [group, topic, *match_params],
+            )
+
+    def ack_contiguous(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        advances: Sequence[tuple[int, int, int]],
+        *,
+        report_skipped: bool = False,
+    ) -> list[int]:
+        """The happy path: for each (partition, watermark, new_watermark) whose acks are
+        exactly watermark+1..new_watermark, move the watermark and drop the rows behind it
+        in one transaction, instead of flagging each row acked and advancing later.
+
+        The watermark update is a compare-and-set on the old value; a partition whose
+        watermark moved meanwhile is returned, and its acks must go through :meth:`ack`.
+        A partition no longer held is not written, and returned only with
+        ``report_skipped`` (its acks must then not be retried: the lease is gone).
+        """
+        d, P = self.dialect, self.P
+        failed: list[int] = []
+        with self.transaction() as cursor:
+            held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
+            for partition, old, new in sorted(advances):
+                if partition not in held:
+                    if report_skipped:
+                        failed.append(partition)
+                    continue
+                cursor.execute(
+                    f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
+                    f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND offset_acked = %s",
+                    [new, group, topic, partition, old],
+                )
+                if cursor.rowcount != 1:
+                    failed.append(partition)
+                    continue
+                cursor.execute(
+                    f"DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
+                    f"AND {P} = %s AND message_offset <= %s",
+                    [group, topic, partition, new],
+                )
+        return failed
+
+    def record_acks(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        acks: Mapping[int, Sequence[int]],
+        dead: Mapping[int, Collection[int]],
+        watermarks: Mapping[int, int],
+    ) -> None:
+        """Record a batch's acks; move each partition's watermark when they allow it.
+
+        ``acks`` and ``dead`` (offsets dead-lettered in this batch, already acked by
+        :meth:`dead_letter`) are per partition; ``watermarks`` is each partition's watermark
+        when the batch was fetched. The happy path -- the batch's offsets are exactly
+        watermark+1..watermark+n -- moves the watermark and drops the rows behind it in one
+        transaction (:meth:`ack_contiguous`). Otherwise (a gap: a nacked message, or a
+        watermark moved meanwhile) the acks only flag their rows (:meth:`ack`), and a later
+        poll's :meth:`advance_watermark` walks over them.
+        """
+        contiguous: list[tuple[int, int, int]] = []
+        plain: list[tuple[int, int]] = []
+        for partition, offsets in acks.items():
+            done = sorted({*offsets, *dead.get(partition, ())})
+            wm = watermarks[partition]
+            if done == list(range(wm + 1, wm + len(done) + 1)):
+                contiguous.append((partition, wm, wm + len(done)))
+            else:
+                plain += [(partition, off) for off in offsets]
+        if contiguous:
+            failed = set(self.ack_contiguous(group, topic, name, contiguous))
+            plain += [(partition, off) for partition in failed for off in acks[partition]]
+        if plain:
+            self.ack(group, topic, name, plain)
+
+    def ack_in_transaction(
+        self, group: str, topic: str, name: str, partition: int, deliveries: Sequence[tuple[int, int]]
+    ) -> int | None:
+        """Ack deliveries of one partition inside the caller's open transaction, fenced;
+        return the new watermark if it moved, else None. Raise :class:`FenceLost` if
+        ``name`` no longer holds the partition's lease or a delivery is no longer the one
+        it was given: the caller must roll its transaction back.
+
+        The atomic consumers' ack (``atomic.py``): ``deliveries`` are (offset,
+        retry_count) pairs, ``retry_count`` being the value ``mark_delivered`` gave this
+        delivery (the attempt number - 1). Called at the very end of the handler's
+        transaction, just before COMMIT, so the locks below are held for a few
+        statements and the commit, never while the handler runs:
+
+        1. the lease row, share-locked (``lock_held``): the lease keeper's renewal and a
+           thief's UPDATE of that row wait for our COMMIT (a few ms); a thief that got
+           there first has changed ``leased_by`` and we roll back. Expiry is not
+           checked: an expired lease that nobody took yet is still ours -- a thief's
+           UPDATE waits for our commit and then reads the ack (its poll runs after it).
+        2. the partition's watermark row, exclusively (a compare-and-set from
+           ``first offset - 1``: moved only when the acks are contiguous with it);
+        3. the deliveries' own rows, exclusively: deleted behind a moved watermark, else
+           flagged acked -- each only if still in flight with the same ``retry_count``
+           and unacked. That second fence catches what the lease alone cannot: the lease
+           lost and taken back by this same subscriber name while another worker
+           redelivered, nacked or acked the message.
+
+        Only this partition's rows: publishers (append-only INSERTs), the sequencer
+        (``queue_messages`` and ``queue_partitions``) and other partitions' workers touch
+        none of them. Lock order -- lease, watermark, deliveries -- is the order of
+        every fenced write here, so no deadlock with the poll's own writes or an
+        operator's (who deletes the lease row first).
+        """
+        d, P = self.dialect, self.P
+        if not deliveries:
+            return None
+        offsets = sorted(offset for offset, _ in deliveries)
+        retry_of = dict(deliveries)
+        run = 1
+        while run < len(offsets) and offsets[run] == offsets[0] + run:
+            run += 1
+        with self.connection.cursor() as cursor:
+            if not self.lock_held(cursor, group, topic, name, [partition]):
+                raise FenceLost(f"the lease of partition {partition} of {group}:{topic} is no longer held by {name}")
+            new = offsets[run - 1]
+            cursor.execute(
+                f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
+                f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND offset_acked = %s",
+                [new, group, topic, partition, offsets[0] - 1],
+            )
+            moved = cursor.rowcount == 1
+            behind = set(offsets[:run]) if moved else set()
+            by_retry: dict[tuple[bool, int], list[int]] = defaultdict(list)
+            for offset in offsets:
+                by_retry[(offset in behind, retry_of[offset])].append(offset)
+            for (delete, retry_count), group_offsets in sorted(by_retry.items()):
+                verb = "DELETE FROM queue_delivery_state" if delete else "UPDATE queue_delivery_state SET acked = TRUE"
+                cursor.execute(
+                    f"{verb} WHERE consumer_group = %s AND topic = %s AND {P} = %s "
+                    f"AND message_offset IN ({in_list(group_offsets)}) AND acked = FALSE "
+                    f"AND status = {IN_FLIGHT} AND retry_count = %s",
+                    [group, topic, partition, *group_offsets, retry_count],
+                )
+                if cursor.rowcount != len(group_offsets):
+                    raise FenceLost(
+                        f"{len(group_offsets) - cursor.rowcount} delivery(ies) of partition {partition} of "
+                        f"{group}:{topic} were redelivered, nacked or acked elsewhere meanwhile"
+                    )
+        return new if moved else None
+
+    def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
+        """Move the watermark over contiguous acked rows and deleted offsets; return the new watermark.
+
+        Offsets up to the head were all assigned (the sequencer commits offsets and head
+        together), so an offset at or below the head without a message was deleted: by GC
+        (from the bottom: the walk starts no lower than just below the oldest retained
+        message) or by an operator (a dead letter replayed or purged from a DLQ topic that
+        a group consumes: a hole in the middle). The walk passes acked rows and deleted
+        offsets; it stops at the first unacked row or at a message not delivered yet.
+        Rows behind the new watermark are deleted in the same transaction. Bounded per
+        call; converges over polls.
+        """
+        P, OFF = self.P, self.OFF
+        # The oldest retained offset: ORDER BY ... LIMIT 1 with constants is one index dive
+        # (MariaDB reads the partition's whole offset range for MIN(), and walks its NULL
+        # entries first when the subquery is correlated).
+        ((oldest, head),) = self._fetchall(
+            f"SELECT (SELECT m.{OFF} FROM queue_messages m WHERE m.topic = %s AND m.{P} = %s "
+            f"AND m.{OFF} IS NOT NULL ORDER BY m.{OFF} LIMIT 1), p.head_offset FROM queue_partitions p "
+            f"WHERE p.topic = %s AND p.{P} = %s",
+            [topic, partition, topic, partition],
+        )
+        head = int(head)
+        start = max(watermark, (head if oldest is None else int(oldest) - 1))
+        acked = {
+            int(offset): bool(done)
+            for offset, done in self._fetchall(
+                "SELECT message_offset, acked FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
+                f"AND {P} = %s AND message_offset > %s ORDER BY message_offset LIMIT {ADVANCE_SCAN}",
+                [group, topic, partition, start],
+            )
+        }
+        new = start
+        while True:
+            while acked.get(new + 1):
+                new += 1
+            if new + 1 in acked or new >= head:
+                break  # an unacked row, or the head
+            # No delivery row: not delivered yet, or deleted. Look up the next few offsets
+            # without a row at once; the walk goes on over the deleted ones only.
+            probe = [o for o in range(new + 1, min(head, new + ADVANCE_PROBE) + 1) if o not in acked]
+            present = {
+                int(r[0])
+                for r in self._fetchall(
+                    f"SELECT {OFF} FROM queue_messages WHERE topic = %s AND {P} = %s AND {OFF} IN ({in_list(probe)})",
+                    [topic, partition, *probe],
+                )
+            }
+            before = new
+            while new + 1 in probe and new + 1 not in present:
+                new += 1
+                while acked.get(new + 1):
+                    new += 1
+            if new == before:
+                break  # a message not delivered yet
+        if new == watermark:
+            return watermark
+        moved = self.ack_contiguous(group, topic, name, [(partition, watermark, new)], report_skipped=True)
+        return new if not moved else watermark
+
+    def dead_letter(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        message: FetchedMessage,
+        *,
+        dlq_topic: str,
+        attempts: int,
+        error: str,
+    ) -> bool:
+        """Copy the message to the dead-letter topic and ack it for ``group``, atomically.
+
+        The copy is published first and both writes commit together, so the message is
+        never in zero places. The original stays in the log: other consumer groups still
+        get it, and GC removes it once every group is past it. The copy's id is
+        ``<group>:<original id>``, so two groups' dead letters of one message do not
+        collide; its metadata names the group and the original position. Returns False
+        (nothing written) if ``name`` no longer holds the partition.
+
+        A row that could not be decoded arrives with the failed column already wrapped
+        (``store/delivery.py``); a decoded value that cannot be stored again (NaN, a lone
+        surrogate: JSON some databases accept and ``publish()`` refuses) is wrapped here
+        the same way, so that a dead letter never fails on its own content.
+        """
+        payload = _storable(message.payload)
+        original_metadata = _storable(message.metadata)
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            if not self.lock_held(cursor, group, topic, name, [message.partition]):
+                return False
+            metadata = dead_letter_metadata(
+                original_metadata,
+                group=group,
+                partition=message.partition,
+                offset=message.offset,
+                original_id=message.id,
+            )
+            write_dead_letter(
+                dlq_topic,
+                key=message.key,
+                id=dead_letter_id(group, message.id),
+                payload=payload,
+                metadata=metadata,
+                created_at=message.created_at,
+                failure_count=attempts,
+                last_error=error,
+                original_topic=topic,
+                using=self.using,
+            )
+            cursor.execute(
+                "UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s "
+                f"AND {self.P} = %s AND message_offset = %s",
+                [group, topic, message.partition, message.offset],
+            )
+        return True
+
+
+def _storable(value: Any) -> Any:
+    """Return ``value`` if it can be stored as JSON again, else ``{UNDECODABLE_KEY: its JSON text}``."""
+    try:
+        encode_json(value, "dead letter").encode("utf-8")
+    except (InvalidMessage, UnicodeEncodeError):
+        return {UNDECODABLE_KEY: json.dumps(value, ensure_ascii=True, default=str)}
+    return value

@@ -1,0 +1,31 @@
+"""Garbage collection of the message log (also run by every worker on its partitions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..conf import get_settings
+from ..db.store import QueueStore
+
+
+def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = None) -> dict[str, int]:
+    """Delete messages every consuming group has acked; return deletions per topic.
+
+    A message goes only when it is at or below the lowest watermark of every group that
+    consumes its topic and, with ``SQLQUEUE["RETENTION"]``, older than that many seconds.
+    The per-hour counters (``queue_topic_hours``) of hours older than
+    ``SQLQUEUE["STATS_RETENTION"]`` go too (every topic's, whatever ``topics`` says).
+    """
+    conf = get_settings()
+    store = QueueStore(using or conf.DATABASE)
+    if topics is None:
+        topics = list(store.registered_topics())
+    deleted = {topic: store.collect_garbage(topic, None, conf.RETENTION) for topic in topics}
+    prune_stats(using=using)
+    return deleted
+
+
+def prune_stats(*, using: str | None = None) -> int:
+    """Delete the per-hour counters older than ``SQLQUEUE["STATS_RETENTION"]``; return rows deleted."""
+    conf = get_settings()
+    return QueueStore(using or conf.DATABASE).prune_topic_hours(conf.STATS_RETENTION)

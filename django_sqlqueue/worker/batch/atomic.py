@@ -1,0 +1,172 @@
+"""Atomic consumers: a handler's writes and its ack commit in one transaction.
+
+``@consumer(..., atomic=True)`` runs the handler inside ``transaction.atomic()`` on the
+queue's database (``SQLQUEUE['DATABASE']``) and, at its end, in that same transaction,
+writes the message's ack and the watermark move it allows
+(:meth:`~django_sqlqueue.db.store.acks.AckStore.ack_in_transaction`). Either the handler's
+writes, its ``publish()`` calls and the ack all commit, or none of it does: a crash, a
+``kill -9`` or a lost lease at any instant leaves no half-done effect, and a redelivery
+never finds the effect already applied. ``atomic="batch"`` does the same for a whole
+fetched batch of one partition (one commit per batch).
+
+**The fence, and why at the end.** The ack is fenced by the partition's lease: just
+before COMMIT a locking read (``FOR SHARE``; ``LOCK IN SHARE MODE`` on MariaDB) of this
+worker's lease row checks that it still holds the partition, and the delivery's own row
+must still be the delivery this worker was given (in flight, same attempt, unacked).
+If not, :class:`~django_sqlqueue.exceptions.FenceLost` rolls the whole transaction back:
+the handler's effects vanish and the partition's new holder redelivers the message.
+The lock is taken at the end, never at the start: the lease keeper renews the lease with
+an UPDATE of that same row on its own connection, and a share lock held for the whole
+handler would make the renewal wait behind the handler -- a handler longer than the
+lease duration would let its own lease expire and be stolen. Taken at the end, the
+share lock lives for a few statements and the COMMIT. Under READ COMMITTED the locking
+read sees the latest committed lease row; a thief's UPDATE of the row (an expired lease
+taken over) either committed before it -- we see ``leased_by`` changed and roll back --
+or waits for our COMMIT, after which its poll reads our ack (the watermark moved, or
+the delivery row acked) and does not redeliver.
+
+**What the handler's transaction locks, and for how long.** While the handler runs:
+only what the handler itself writes (plus, for ``publish()``, its new ``queue_messages``
+rows -- an append that no publisher, sequencer or worker waits for: the sequencer
+numbers messages only once committed). From the fence to the COMMIT (milliseconds):
+this partition's lease row (shared), its watermark row and the acked messages'
+delivery-state rows (exclusive). Nothing of other partitions, nothing publishers or the
+sequencer take. On **SQLite** a transaction takes the database write lock at BEGIN
+(``transaction_mode`` IMMEDIATE): an atomic handler blocks every other writer --
+publishers, the lease keeper's renewals, other workers -- for its whole run, so keep
+atomic handlers short there (or use MariaDB/PostgreSQL).
+
+**Failures.** A handler that raises rolls its transaction back; the nack (attempt
+count, backoff, dead letter on the last attempt) is then written in a short transaction
+of its own, as for any consumer. So is a failure of the ack or the COMMIT itself: if a
+COMMIT whose outcome is unknown did commit, the nack finds the delivery acked and
+changes nothing.
+
+**Handler timeouts** (``watchdog.py``) apply: the batch's ``BatchProgress`` lock
+decides between the watchdog and the handler. The handler's transaction writes its ack
+only after ``start_commit`` succeeded, and from then until the outcome is recorded the
+watchdog cannot abandon the batch; once the watchdog has abandoned it (nack written,
+partition given up), ``start_commit`` is refused and the late handler's transaction
+rolls back. The delivery fence stops it too: the nack changed the delivery row.
+
+**Batch mode.** ``atomic="batch"`` runs each fetched batch of one partition in one
+transaction with one fence and one COMMIT. If a handler raises, the batch's transaction
+rolls back and each of its messages runs again alone in a transaction of its own (as
+with ``atomic=True``), so one poison message is nacked on its own while its batch-mates
+commit.
+
+**Where the guarantee ends.** Only writes on the queue's database alias, made on the
+handler's thread through Django's connection, are in the transaction. Writes on another
+alias (even one pointing at the same database), emails, HTTP calls, files, caches are
+not: a redelivery repeats them. Use idempotency keys for those, or defer them with
+``transaction.on_commit`` (run once, after the ack committed -- at most once: a crash
+right after the commit loses them). A write on another alias during an atomic handler
+is logged once per consumer as a WARNING (a query wrapper on the thread's other
+connections for the handler's duration: cheap, and it sees every query Django runs).
+``async def`` handlers cannot be atomic: their ORM calls run on another thread's
+connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, transaction
+
+if TYPE_CHECKING:
+    from ...db.store import QueueStore
+    from ..subscription import Subscription
+    from .progress import BatchProgress
+
+logger = logging.getLogger(__name__)
+
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "MERGE", "UPSERT")
+
+
+class Abandoned(Exception):
+    """The watchdog gave the batch up before its transaction could commit: roll back."""
+
+
+def ack_and_commit(
+    store: QueueStore,
+    sub: Subscription,
+    partition: int,
+    deliveries: list[tuple[int, int]],
+    progress: BatchProgress | None,
+) -> int | None:
+    """Inside the handler's open transaction: win the commit against the watchdog, then
+    write the fenced ack (``ack_in_transaction``); return the new watermark, if moved.
+
+    Raise :class:`Abandoned` if the watchdog gave the batch up; ``FenceLost`` if the
+    lease or the delivery was lost. Either way the caller's ``atomic()`` block rolls back.
+    After a successful ``start_commit`` the caller must end it (``progress.record`` or
+    ``progress.end_commit``) whatever happens.
+    """
+    if progress is not None and not progress.start_commit():
+        raise Abandoned
+    return store.ack_in_transaction(sub.group, sub.topic, sub.name, partition, deliveries)
+
+
+def run_in_transaction(
+    store: QueueStore,
+    sub: Subscription,
+    call: Callable[[], Any],
+    commit: Callable[[], int | None],
+) -> int | None:
+    """Run ``call()`` (the handler) then ``commit()`` (the fenced ack) in one transaction on
+    the queue's database; return what ``commit`` returned. Any exception rolls back."""
+    with transaction.atomic(using=store.using):
+        with watch_other_aliases(sub, store.using):
+            call()
+        return commit()
+
+
+# -- writes on other aliases ---------------------------------------------------------------
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+@contextmanager
+def watch_other_aliases(sub: Subscription, using: str) -> Iterator[None]:
+    """Warn (once per consumer) if the handler writes through another alias meanwhile."""
+    if sub.spec.name in _warned:
+        yield
+        return
+    with ExitStack() as stack:
+        for alias in connections:
+            if alias != using:
+                stack.enter_context(connections[alias].execute_wrapper(_Watcher(sub, alias, using)))
+        yield
+
+
+class _Watcher:
+    def __init__(self, sub: Subscription, alias: str, using: str) -> None:
+        self.sub = sub
+        self.alias = alias
+        self.using = using
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip()[:7].upper().startswith(_WRITES):
+            _warn_other_alias(self.sub, self.alias, self.using)
+        return execute(sql, params, many, context)
+
+
+def _warn_other_alias(sub: Subscription, alias: str, using: str) -> None:
+    name = sub.spec.name
+    with _warned_lock:
+        if name in _warned:
+            return
+        _warned.add(name)
+    logger.warning(
+        "an atomic consumer's handler wrote through database alias %r, outside its transaction on %r: those "
+        "writes are not covered by the exactly-once guarantee (a redelivery repeats them) group=%s topic=%s",
+        alias,
+        using,
+        sub.group,
+        sub.topic,
+    )

@@ -1,0 +1,94 @@
+"""A worker's periodic garbage collection of the partitions it holds.
+
+Every ``GC_INTERVAL`` seconds a worker deletes, in the partitions it leases, the
+messages every consuming group has acked (``store/gc.py`` says what may go), and forgets
+subscribers whose heartbeat stopped a day ago. Each worker collects only what it holds,
+so workers never delete in the same partitions at once. It also deletes the per-hour
+counters older than ``STATS_RETENTION`` (every topic's, one index range, usually empty):
+two workers' passes may delete the same rows, the second then waits for the first and
+finds nothing.
+
+It runs on the poll loop's thread, between polls, on the poll loop's connection: not on
+the lease keeper's, so a long delete never delays a lease renewal, and not on a thread
+of its own, so it costs no connection (``manage.py queue_gc`` collects every topic from
+outside the workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from ...conf import QueueSettings
+from ...db.conn import close_quietly
+from ...db.retry import Retrying
+from ...db.store import QueueStore
+from ..outage import OutageReporter
+from ..subscription import Subscription
+
+logger = logging.getLogger(__name__)
+
+#: Heartbeat rows not renewed for this long are deleted (the group stays known through
+#: its watermark rows).
+FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
+
+
+class GarbageCollector:
+    """Collects the held partitions of ``subscriptions`` when :meth:`run_if_due` finds it due."""
+
+    def __init__(
+        self,
+        subscriptions: Sequence[Subscription],
+        store: QueueStore,
+        conf: QueueSettings,
+        *,
+        db: Retrying,
+        outage: OutageReporter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.subscriptions = subscriptions
+        self.store = store
+        self.conf = conf
+        self.db = db
+        self.outage = outage
+        self.clock = clock
+        self._last = clock()
+
+    def run_if_due(self) -> None:
+        """Collect if ``GC_INTERVAL`` passed since the last pass (the first pass waits one interval)."""
+        if self.clock() - self._last >= self.conf.GC_INTERVAL:
+            self._last = self.clock()
+            self.run()
+
+    def run(self) -> int:
+        """Collect the held partitions of every subscription now; return messages deleted."""
+        total = 0
+        for sub in self.subscriptions:
+            held = sorted(sub.held)
+            try:
+                deleted = self.db(
+                    "garbage collection",
+                    partial(self.store.collect_garbage, sub.topic, held, self.conf.RETENTION),
+                )
+                self.db(
+                    "forget subscribers",
+                    partial(self.store.forget_subscribers, sub.topic, FORGET_SUBSCRIBERS_AFTER),
+                )
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.outage.failure(logger, exc, "garbage collection failed topic=%s", sub.topic)
+                close_quietly(self.store.using)
+                continue
+            if deleted:
+                logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
+            total += deleted
+        try:
+            pruned = self.db("prune stats", partial(self.store.prune_topic_hours, self.conf.STATS_RETENTION))
+        except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+            self.outage.failure(logger, exc, "pruning the per-hour counters failed")
+            close_quietly(self.store.using)
+        else:
+            if pruned:
+                logger.info("pruned %d per-hour counter rows older than STATS_RETENTION", pruned)
+        return total
