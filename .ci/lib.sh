@@ -138,7 +138,7 @@ ensure_chromium() {
   if [ ! -x /usr/bin/chromium ]; then apt_install chromium fonts-dejavu-core; fi
 }
 
-# Debian's prometheus server for tests/test_metrics_prometheus.py (which starts its own on a free
+# Debian's prometheus server for tests/metrics/test_prometheus.py (which starts its own on a free
 # port). Without systemd apt starts no service; where one was started, stop it: the tests need none.
 # SQLQUEUE_CI_PROMETHEUS=1 makes that test fail instead of skipping when the binary is missing.
 ensure_prometheus() {

@@ -4,7 +4,7 @@
         .venv/bin/python -m pytest -q -s -p no:cacheprovider docs/render_dashboard.py
 
 Grafana is not installable here, so this draws what it would: a real Prometheus (Debian's
-``prometheus``, the fixture of tests/test_metrics_prometheus.py) scrapes the queue gauges
+``prometheus``, the fixture of tests/metrics/test_prometheus.py) scrapes the queue gauges
 view and two real ``runconsumer --metrics-port`` processes (groups g1 and g2 of the tests'
 ``proc.events`` consumers) for about three minutes of scripted load: a warm-up, a busier phase
 with slower handlers, first-attempt failures (retried) and rejected messages (dead letters),
@@ -33,10 +33,10 @@ from django.test import override_settings
 from django_sqlqueue import ops, publish_many
 from django_sqlqueue.metrics import views
 from tests.conftest import runconsumer  # noqa: F401 (a fixture)
-from tests.processes import wait_until
-from tests.test_dashboard import DASHBOARD, INTERNALS_ROW, panels
-from tests.test_metrics_processes import answers, free_port
-from tests.test_metrics_prometheus import TOKEN, prometheus  # noqa: F401 (a fixture)
+from tests.support.processes import wait_until
+from tests.metrics.test_dashboard import DASHBOARD, INTERNALS_ROW, panels
+from tests.processes.test_metrics import answers, free_port
+from tests.metrics.test_prometheus import TOKEN, prometheus  # noqa: F401 (a fixture)
 
 DOCS = Path(__file__).resolve().parent
 STEP = 2  # seconds between the points of query_range

@@ -17,7 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue.models import PartitionLease
-from tests.console_scene import SETTINGS, build
+from tests.support.console_scene import SETTINGS, build
 
 DOCS = Path(__file__).resolve().parent
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -93,7 +93,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def runconsumer(request: pytest.FixtureRequest, transactional_db: None) -> Iterator[Callable[..., Any]]:
-    """Start real ``runconsumer`` processes (tests/processes.py); any still running is killed at teardown.
+    """Start real ``runconsumer`` processes (tests/support/processes.py); any still running is killed at teardown.
 
     A process that exited on its own with an unexpected status fails the test, with its log.
     When the test failed, the end of every process's log is printed (pytest shows it under
@@ -101,7 +101,7 @@ def runconsumer(request: pytest.FixtureRequest, transactional_db: None) -> Itera
     """
     import signal
 
-    from tests.processes import ConsumerProcess
+    from tests.support.processes import ConsumerProcess
 
     started: list[ConsumerProcess] = []
 

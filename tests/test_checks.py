@@ -62,5 +62,5 @@ def test_unsupported_queue_database_is_an_error(settings):
 
 
 def test_the_suite_database_passes_the_checks():
-    # Whatever DATABASE_URL the suite runs on, tests/settings.py configures it as the README says.
+    # Whatever DATABASE_URL the suite runs on, tests/support/settings.py configures it as the README says.
     assert check_messages() == []

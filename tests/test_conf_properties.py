@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from django_sqlqueue import ConfigurationError
 from django_sqlqueue.conf import DURATION_KEYS, KNOWN_KEYS, MAX_PARTITIONS, QueueSettings, get_settings, validate
 
-from . import strategies as s
+from .support import strategies as s
 
 ID = re.compile(r"^sqlqueue\.E0(0[1-9]|1[0-4])$")
 

@@ -18,7 +18,7 @@ from django_sqlqueue.consumers import (
     registry,
 )
 
-from .engine_helpers import db_now, fetch_fresh, leased, row, sequence, store
+from .support.engine_helpers import db_now, fetch_fresh, leased, row, sequence, store
 
 
 @pytest.fixture

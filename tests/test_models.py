@@ -7,7 +7,7 @@ from django.db import IntegrityError, connection
 
 from django_sqlqueue import models
 
-from . import factories
+from .support import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

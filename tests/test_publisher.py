@@ -24,7 +24,7 @@ from django_sqlqueue.exceptions import (
 from django_sqlqueue.models import Message, Partition
 from django_sqlqueue.rules.partitioning import partition_for
 
-from .engine_helpers import not_on_sqlite
+from .support.engine_helpers import not_on_sqlite
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -35,7 +35,7 @@ from django_sqlqueue.models import Message
 from django_sqlqueue.rules.limits import MAX_JSON_DEPTH
 from django_sqlqueue.rules.validation import validate_message_id
 
-from . import strategies as s
+from .support import strategies as s
 
 pytestmark = pytest.mark.django_db
 

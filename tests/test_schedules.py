@@ -20,7 +20,7 @@ from django_sqlqueue.models import Message
 from django_sqlqueue.schedules import all_schedules, parse_schedule, recurring, schedule_message, unregister
 from django_sqlqueue.task_models import ScheduleState, TaskResultRecord
 from django_sqlqueue.worker.threads.scheduler import Scheduler
-from tests.task_helpers import task_settings
+from tests.support.task_helpers import task_settings
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ def test_concurrent_schedulers_fire_each_tick_once() -> None:
 
 
 def test_task_schedule_enqueues_with_the_tick_id() -> None:
-    s = scheduler(("tick-task", {"cron": "* * * * * *", "task": "tests.taskapp.tasks.tick", "args": ["t"]}))
+    s = scheduler(("tick-task", {"cron": "* * * * * *", "task": "tests.support.taskapp.tasks.tick", "args": ["t"]}))
     s.run_once()
     now = QueueStore(get_settings().DATABASE).now().replace(microsecond=0)
     ScheduleState.objects.filter(name="tick-task").update(last_tick=now - dt.timedelta(seconds=2))
@@ -131,7 +131,7 @@ def test_settings_schedules_are_validated_with_the_rest_of_sqlqueue() -> None:
 
 
 def test_code_declared_schedules() -> None:
-    from tests.taskapp import tasks
+    from tests.support.taskapp import tasks
 
     try:
         recurring("0 3 * * *", args=["nightly"])(tasks.tick)
@@ -141,12 +141,12 @@ def test_code_declared_schedules() -> None:
         with task_settings(SCHEDULES={"ping": EVERY_SECOND}), pytest.raises(ConfigurationError, match="both"):
             all_schedules(get_settings().SCHEDULES)
         names = [s.name for s in all_schedules(get_settings().SCHEDULES)]
-        assert names == ["ping", "tests.taskapp.tasks.tick"]
+        assert names == ["ping", "tests.support.taskapp.tasks.tick"]
         with pytest.raises(ConfigurationError, match="Task"):
             recurring("* * * * *")(lambda: None)
     finally:
         unregister("ping")
-        unregister("tests.taskapp.tasks.tick")
+        unregister("tests.support.taskapp.tasks.tick")
 
 
 def test_timezone_schedules_follow_local_time() -> None:

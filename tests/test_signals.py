@@ -15,7 +15,7 @@ from django_sqlqueue import Reject, publish, publish_many, signals
 from django_sqlqueue.exceptions import HandlerTimeout
 from django_sqlqueue.worker.loop import Worker
 
-from .engine_helpers import caught_up, dead_letters, fast_conf, publish_to, running, spec, wait_until
+from .support.engine_helpers import caught_up, dead_letters, fast_conf, publish_to, running, spec, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

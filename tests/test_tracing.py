@@ -2,7 +2,7 @@
 exporter behind the module's tracer, a real database and real (in-process) workers.
 
 The tracer provider is a local one put in ``tracing._tracer`` for each test (not the global
-provider: the rest of the suite runs untraced). tests/test_tracing_processes.py covers a real
+provider: the rest of the suite runs untraced). tests/processes/test_tracing.py covers a real
 ``runconsumer`` with a global provider.
 """
 
@@ -29,8 +29,8 @@ from django_sqlqueue import publish, publish_many, tracing
 from django_sqlqueue.exceptions import IdempotencyConflict, InvalidMessage
 from django_sqlqueue.models import Message
 
-from .engine_helpers import Calls, fast_conf, running, spec, wait_until
-from .processes import ROOT, database_url
+from .support.engine_helpers import Calls, fast_conf, running, spec, wait_until
+from .support.processes import ROOT, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -252,19 +252,21 @@ def test_a_requested_retry_is_not_an_error(traced: Traced) -> None:
 
 
 def test_tasks_are_traced_from_enqueue_to_run(traced: Traced) -> None:
-    from tests.task_helpers import running_worker, task_settings
-    from tests.taskapp import tasks
+    from tests.support.task_helpers import running_worker, task_settings
+    from tests.support.taskapp import tasks
 
     with task_settings():
         with traced.tracer.start_as_current_span("request"):
             result = tasks.add.enqueue(2, 3)
         send = traced.one("send tasks.default")
-        assert send.attributes is not None and send.attributes["sqlqueue.task.name"] == "tests.taskapp.tasks.add"
+        assert (
+            send.attributes is not None and send.attributes["sqlqueue.task.name"] == "tests.support.taskapp.tasks.add"
+        )
         with running_worker():
             wait_until(lambda: traced.spans("process tasks.default"), what="the task's process span")
         run = traced.one("process tasks.default")
         assert run.attributes is not None
-        assert run.attributes["sqlqueue.task.name"] == "tests.taskapp.tasks.add"
+        assert run.attributes["sqlqueue.task.name"] == "tests.support.taskapp.tasks.add"
         assert run.attributes["messaging.message.id"] == result.id
         assert run.attributes["messaging.consumer.group.name"] == "tasks"
         assert [ids(link.context) for link in run.links] == [ids(send.context)]
@@ -279,7 +281,7 @@ sys.modules["opentelemetry"] = None  # "import opentelemetry" raises ImportError
 import django
 django.setup()
 from django_sqlqueue import publish, publish_many, tracing
-from tests.engine_helpers import Calls, fast_conf, running, spec, wait_until
+from tests.support.engine_helpers import Calls, fast_conf, running, spec, wait_until
 assert not tracing.ENABLED
 calls = Calls()
 publish("tr.noop", {"n": 1}, metadata={"a": 1})
@@ -291,7 +293,7 @@ print("HANDLED", json.dumps(sorted(calls.list(), key=len)))
 
 
 def test_without_opentelemetry_publish_and_consume_work() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": database_url()}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.settings", "DATABASE_URL": database_url()}
     done = subprocess.run(
         [sys.executable, "-c", "import json\n" + NO_OTEL],
         cwd=ROOT,

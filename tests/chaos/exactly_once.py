@@ -36,7 +36,7 @@ from typing import Any
 
 from tests.chaos.eoapp import EVENTS, FOLLOWUPS, GROUPS, MODES
 from tests.chaos.faults import Fault, FaultRun
-from tests.processes import ConsumerProcess
+from tests.support.processes import ConsumerProcess
 
 SETTINGS = "tests.chaos.settings_eo"
 LEASE_DURATION = 3.0

@@ -1,6 +1,6 @@
 """What every chaos run shares: a private server, workers kept running by a supervisor, and the faults.
 
-:class:`FaultRun` starts a private MariaDB or PostgreSQL server (tests/dbservers.py) with
+:class:`FaultRun` starts a private MariaDB or PostgreSQL server (tests/support/dbservers.py) with
 one login per worker slot (so the server side can tell the workers apart), and keeps one
 ``runconsumer`` per slot running under a :class:`Supervisor` (a worker that dies or exits
 is started again, as systemd's ``Restart=always`` would). Its fault injectors pick a victim
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.dbservers import SERVERS, DatabaseServer
-from tests.processes import ROOT, ConsumerProcess
+from tests.support.dbservers import SERVERS, DatabaseServer
+from tests.support.processes import ROOT, ConsumerProcess
 
 PASSWORD = "chaos-pw"
 

@@ -1,6 +1,6 @@
 """The chaos run: real workers, a real publisher and a private server, faults injected, then accounted for.
 
-:class:`ChaosRun` starts a private MariaDB or PostgreSQL server (tests/dbservers.py),
+:class:`ChaosRun` starts a private MariaDB or PostgreSQL server (tests/support/dbservers.py),
 migrates it, starts ``runconsumer`` workers under a small process manager (a worker that
 dies or exits is started again, as systemd's ``Restart=always`` would; the server, the
 process manager, ``kill -9`` and ``SIGSTOP`` are shared with the other chaos runs, in
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.faults import Fault, FaultRun
-from tests.processes import ROOT, ConsumerProcess
+from tests.support.processes import ROOT, ConsumerProcess
 
 EVENTS = "chaos.events"
 HANG = "chaos.hang"

@@ -1,6 +1,6 @@
 """Settings of the chaos suite's processes: the runconsumer workers and the publisher.
 
-``DATABASE_URL`` points at the private server the test started (tests/dbservers.py); each
+``DATABASE_URL`` points at the private server the test started (tests/support/dbservers.py); each
 worker slot logs in as a user of its own, so the test can kill that worker's sessions from
 the server side. Only the queue and the chaos consumers are installed (not the other test
 apps, whose consumers would subscribe to topics of their own).

@@ -18,7 +18,7 @@ import pytest
 
 from django_sqlqueue import consumer
 from tests.chaos.harness import GROUPS, HANG_GROUP, HUNG_ID, ChaosRun, Plan, format_report
-from tests.dbservers import missing
+from tests.support.dbservers import missing
 
 pytestmark = pytest.mark.chaos
 

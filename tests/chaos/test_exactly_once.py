@@ -26,7 +26,7 @@ import pytest
 from django_sqlqueue import consumer
 from tests.chaos.conftest import REPORTS
 from tests.chaos.exactly_once import ExactlyOnceRun, Plan, Report, format_report
-from tests.dbservers import missing
+from tests.support.dbservers import missing
 
 pytestmark = pytest.mark.chaos
 

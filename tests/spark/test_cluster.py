@@ -120,7 +120,7 @@ def test_backfill_runs_on_a_standalone_cluster(spark, cluster, tmp_path):
     db = connection.settings_dict
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.settings",
         "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
     }
     cmd = [

@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class ConsumerAppConfig(AppConfig):
-    name = "tests.consumerapp"
-    label = "consumerapp"
-    default_auto_field = "django.db.models.BigAutoField"

@@ -1,6 +1,0 @@
-"""Process settings with a slow renew interval (6 s), to show membership checks in between."""
-
-from tests.process_settings import *  # noqa: F403
-from tests.process_settings import SQLQUEUE as _BASE
-
-SQLQUEUE = {**_BASE, "LEASE_DURATION": 20, "LEASE_RENEW_INTERVAL": 6}

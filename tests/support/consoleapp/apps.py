@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConsoleAppConfig(AppConfig):
+    name = "tests.support.consoleapp"
+    label = "consoleapp"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OtelAppConfig(AppConfig):
+    name = "tests.support.otelapp"
+    label = "otelapp"

@@ -1,0 +1,73 @@
+"""Small helpers of the django.tasks backend tests: settings, an in-process worker, waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.test import override_settings
+
+from tests.support.taskapp.settings_common import TASKS
+
+#: Fast clocks for in-process workers (retries after 0.1-0.3 s).
+FAST_SQLQUEUE = {
+    "POLL_INTERVAL": 0.02,
+    "POLL_INTERVAL_MAX": 0.1,
+    "LEASE_DURATION": 3,
+    "LEASE_RENEW_INTERVAL": 0.5,
+    "BACKOFF_MIN": 0.1,
+    "BACKOFF_MAX": 0.3,
+}
+
+
+def task_settings(**sqlqueue: Any) -> override_settings:
+    from django.conf import settings
+
+    base = {k: v for k, v in (getattr(settings, "SQLQUEUE", None) or {}).items() if k == "TOPICS"}
+    return override_settings(TASKS=TASKS, SQLQUEUE={**base, **FAST_SQLQUEUE, **sqlqueue})
+
+
+@contextmanager
+def running_worker(name: str = "tsk-inproc", **kwargs: Any) -> Iterator[Any]:
+    """A real Worker over the task queues, on a thread of this process (own connections)."""
+    from django.db import connections
+
+    from django_sqlqueue.conf import get_settings
+    from django_sqlqueue.tasks.discovery import task_consumer_specs
+    from django_sqlqueue.worker.loop import Worker
+
+    worker = Worker(task_consumer_specs(), name=name, conf=get_settings(), **kwargs)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop within 30 s"
+        if errors:
+            raise errors[0]
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
+        time.sleep(interval)
