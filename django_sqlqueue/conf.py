@@ -21,6 +21,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
+from .rules import dlq
 from .rules.limits import MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Seconds a worker sleeps between polls while its partitions have work.
@@ -107,6 +108,14 @@ class QueueSettings:
 
     #: Recurring tasks and messages by name (django_sqlqueue.schedules).
     SCHEDULES: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def dlq_topic(self, topic: str) -> str:
+        """Return the dead-letter topic of ``topic`` under these settings (``<topic><DLQ_SUFFIX>``)."""
+        return dlq.dlq_topic(topic, self.DLQ_SUFFIX)
+
+    def is_dlq_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is a dead-letter topic under these settings."""
+        return dlq.is_dlq_topic(topic, self.DLQ_SUFFIX)
 
     def partitions_for(self, topic: str) -> int | None:
         """Return ``topic``'s partition count, or None for a topic with one partition per key.

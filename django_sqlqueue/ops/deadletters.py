@@ -19,8 +19,6 @@ from ..models import Message
 from ..rules.dlq import (
     dead_letter_id_prefix,
     dead_letter_info,
-    dlq_topic,
-    is_dlq_topic,
     parse_dead_letter_id,
     replay_marker,
 )
@@ -135,10 +133,10 @@ class DeadLetterFilter:
 
 def dlq_topics(topic: str | None = None, using: str | None = None) -> list[str]:
     """Dead-letter topics to read: ``<topic><suffix>``, or every topic in the log ending with the suffix."""
-    suffix = get_settings().DLQ_SUFFIX
+    conf = get_settings()
     if topic:
-        return [dlq_topic(topic, suffix)]
-    return [t for t in log_topics(using) if is_dlq_topic(t, suffix)]
+        return [conf.dlq_topic(topic)]
+    return [t for t in log_topics(using) if conf.is_dlq_topic(t)]
 
 
 def matching(f: DeadLetterFilter, using: str | None = None) -> QuerySet[Message]:

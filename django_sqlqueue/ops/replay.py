@@ -32,12 +32,11 @@ from typing import Any
 
 from django.db import transaction
 
-from ..models import Message
-from ..publisher import write_messages
+from ..db.store.messages import write_messages
 from ..rules.dlq import prepare_replay_payload, replay_id, replay_metadata
 from ..rules.limits import MAX_BIGINT
 from ..rules.validation import PreparedMessage, encode_json
-from .base import OperationError, alias
+from .base import OperationError, alias, store
 from .deadletters import DEFAULT_BATCH, DeadLetter, DeadLetterFilter, from_message, matching
 
 
@@ -104,23 +103,13 @@ def _replay_copy(dead: DeadLetter, actor: str) -> PreparedMessage:
     )
 
 
-def _locked(batch: list[int], using: str) -> list[Message]:
-    """Lock the batch's dead-letter rows that still exist, in seq order (the once-only guard, step 1)."""
-    return list(
-        Message.objects.using(using)
-        .select_for_update()
-        .filter(seq__in=batch)
-        .exclude(original_topic="")
-        .order_by("seq")
-    )
-
-
 def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: bool, using: str) -> BulkResult:
+    dead_letters = store(using)
     done = missing = 0
     by_group: dict[str, int] = {}
     for batch in _batches(seqs, batch_size):
         with transaction.atomic(using=using):
-            rows = _locked(batch, using)
+            rows = dead_letters.lock_dead_letters(batch)
             missing += len(batch) - len(rows)
             if not rows:
                 continue
@@ -132,7 +121,7 @@ def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: boo
                 transaction.set_rollback(True, using=using)
                 continue
             # Step 2 of the guard: the DELETE of exactly the rows we locked.
-            deleted, _ = Message.objects.using(using).filter(seq__in=[m.seq for m in rows]).delete()
+            deleted = dead_letters.delete_dead_letters(rows)
             if deleted != len(rows):  # cannot happen while we hold the row locks
                 raise OperationError(f"{action}: expected to delete {len(rows)} dead letters, deleted {deleted}.")
             if action == "replay":

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from ..conf import MAX_PARTITIONS, get_settings
-from ..rules.dlq import is_dlq_topic
 from ..rules.limits import TOPIC_COLUMN_LENGTH
 from ..rules.validation import validate_topic
 from .base import NotFound, OperationError, store
@@ -49,7 +48,7 @@ def consuming_groups(using: str | None = None) -> dict[str, list[str]]:
 
 def list_topics(using: str | None = None) -> list[TopicInfo]:
     """Return every topic: in the log, registered by a worker, or consumed by a group; sorted by name."""
-    suffix = get_settings().DLQ_SUFFIX
+    conf = get_settings()
     s = store(using)
     registered = s.registered_topics()
     consumers = consuming_groups(using)
@@ -60,7 +59,7 @@ def list_topics(using: str | None = None) -> list[TopicInfo]:
             partitions=registered.get(name),
             registered=name in registered,
             consumed_by=consumers.get(name, []),
-            dead_letter_topic=is_dlq_topic(name, suffix),
+            dead_letter_topic=conf.is_dlq_topic(name),
         )
         for name in sorted(names)
     ]

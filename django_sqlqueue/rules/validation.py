@@ -172,7 +172,7 @@ class PreparedMessage:
     #: Absolute delivery time (``deliver_at``), or None.
     deliver_at: dt.datetime | None
     explicit_id: bool
-    # Dead-letter fields (see ``publisher.write_dead_letter``); empty for a publish.
+    # Dead-letter fields (see ``db.store.messages.write_dead_letter``); empty for a publish.
     failed: bool = False
     failure_count: int = 0
     last_error: str = ""

@@ -1,6 +1,6 @@
 """Writes: a DataFrame (or a stream) becomes messages, through the engine's own publisher.
 
-Every Spark task publishes its rows with ``publisher.write_messages`` -- the code behind
+Every Spark task publishes its rows with ``db.store.messages.write_messages`` -- the code behind
 ``publish_many`` -- in transactions of ``batchSize`` rows: append-only INSERTs hashed to
 partitions exactly as ``publish()`` hashes them, so parallel tasks never lock each other's
 rows and cannot deadlock. Publishing is idempotent on ``(topic, id)``: a task that Spark
@@ -169,7 +169,7 @@ class Publisher:
             from django.db import transaction
 
             from ..conf import get_settings
-            from ..publisher import write_messages
+            from ..db.store.messages import write_messages
 
             conf = get_settings()
             batch = []

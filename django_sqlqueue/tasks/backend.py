@@ -197,7 +197,7 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def dead_letter_topic(self, queue_name: str) -> str:
         """Return the dead-letter topic of ``queue_name`` (where its failed tasks are)."""
-        return dlq.dlq_topic(self.topic_for(queue_name), get_settings().DLQ_SUFFIX)
+        return get_settings().dlq_topic(self.topic_for(queue_name))
 
     def dead_letter_id(self, result_id: str) -> str:
         """Return the id of the dead letter of the failed task ``result_id``."""

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..task_models import TaskResultRecord
-
 
 def is_task_message(payload: Any, metadata: Any) -> bool:
     """Return True when a message is a task of this backend.
@@ -54,10 +52,8 @@ def prepare_replayed_task(payload: dict[str, Any], original_id: str, *, using: s
     updated in the caller's transaction (the one that deletes the dead letter), so a
     replay that rolls back leaves it FAILED.
     """
+    from . import results  # the django.tasks types it needs load only when a replay runs
+
     result_id = payload.get("result_id") or original_id
-    record = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
-    if record is not None:
-        record.status = "READY"
-        record.finished_at = None
-        record.save(using=using, update_fields=["status", "finished_at", "updated_at"])
+    results.reset_for_replay(result_id, using=using)
     return {**payload, "result_id": result_id}

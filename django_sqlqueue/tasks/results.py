@@ -261,3 +261,19 @@ def prune(*, older_than: float, backend: str | None = None, dry_run: bool = Fals
         return qs.count()
     deleted, _ = qs.delete()
     return deleted
+
+
+def reset_for_replay(result_id: str, *, using: str) -> bool:
+    """Set the result row ``result_id`` back to READY for a replayed task; False if it is gone.
+
+    Locks the row (``SELECT ... FOR UPDATE``) in the caller's transaction -- the replay's,
+    which also deletes the dead letter -- so a replay that rolls back leaves it FAILED, and
+    a worker finishing an earlier attempt of the task waits for the replay's commit.
+    """
+    record = TaskResultRecord.objects.using(using).select_for_update().filter(id=result_id).first()
+    if record is None:
+        return False
+    record.status = "READY"
+    record.finished_at = None
+    record.save(using=using, update_fields=["status", "finished_at", "updated_at"])
+    return True

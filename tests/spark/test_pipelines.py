@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import ConsumerOffset, Message
-from django_sqlqueue.publisher import write_dead_letter
+from django_sqlqueue.db.store.messages import write_dead_letter
 
 from .helpers import publish_sequenced, stored
 

@@ -18,7 +18,7 @@ from django_sqlqueue.conf import get_settings
 from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.exceptions import InvalidMessage
 from django_sqlqueue.models import Message
-from django_sqlqueue.publisher import write_dead_letter
+from django_sqlqueue.db.store.messages import write_dead_letter
 from django_sqlqueue.rules.partitioning import partition_for
 
 from .helpers import publish_sequenced, reader, stored

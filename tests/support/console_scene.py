@@ -18,7 +18,7 @@ from django_sqlqueue import publish_many
 from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, SubscriberHeartbeat
 from django_sqlqueue.ops import groups
-from django_sqlqueue.publisher import write_dead_letter
+from django_sqlqueue.db.store.messages import write_dead_letter
 
 #: Keys k1, k2 hash to partition 1 of 2, k4, k5 to partition 0.
 KEYS = ["k1", "k4", "k2", "k5"]

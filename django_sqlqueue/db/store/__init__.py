@@ -12,6 +12,8 @@ dialect (``dialects/``). The sequencer, which numbers committed messages, lives 
 - ``delivery.py``: the poll's state query, the fetch, recording deliveries;
 - ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
 - ``gc.py``: deleting what every group has processed;
+- ``messages.py``: appending messages (publish, dead letters, replayed copies);
+- ``deadletters.py``: locking and deleting dead letters for an operator's replay or purge;
 - ``positions.py``: operator writes to a group's positions (release, seek, pause, drop,
   purge), fenced by deleting the lease rows first;
 - ``reports.py``: grouped reads for operators (heads, watermarks, deliveries, leases,
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from .acks import ADVANCE_SCAN, AckStore
 from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
+from .deadletters import DeadLetterStore
 from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
@@ -42,7 +45,17 @@ from .reports import DeliveryCounts, PartitionLag, ReportStore, lag
 from .topics import TopicStore
 
 
-class QueueStore(HeartbeatStore, TopicStore, LeaseStore, DeliveryStore, AckStore, GCStore, PositionStore, ReportStore):
+class QueueStore(
+    HeartbeatStore,
+    TopicStore,
+    LeaseStore,
+    DeliveryStore,
+    AckStore,
+    GCStore,
+    PositionStore,
+    ReportStore,
+    DeadLetterStore,
+):
     """The queue's SQL on one database alias (the union of the store modules)."""
 
 

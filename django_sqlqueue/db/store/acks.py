@@ -16,11 +16,11 @@ from typing import Any
 from django.db import transaction
 
 from ...exceptions import FenceLost, InvalidMessage
-from ...publisher import write_dead_letter
 from ...rules.dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
 from ...rules.validation import MAX_ERROR_LENGTH, encode_json
 from .base import IN_FLIGHT, RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
+from .messages import write_dead_letter
 
 #: Delivery-state rows read per watermark step.
 ADVANCE_SCAN = 1000

@@ -138,12 +138,11 @@ class Command(BaseCommand):
 
     def _export(self, spark: Any, source_options: dict[str, str], options: dict[str, Any]) -> None:
         from django_sqlqueue.conf import get_settings
-        from django_sqlqueue.rules.dlq import dlq_topic
         from django_sqlqueue.spark.pipelines import export
 
         topics = options["topic"]
         if options["dlq"]:
-            topics = [dlq_topic(t, get_settings().DLQ_SUFFIX) for t in topics]
+            topics = [get_settings().dlq_topic(t) for t in topics]
         counts = export(
             spark,
             source_options,
