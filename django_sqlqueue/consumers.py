@@ -324,12 +324,12 @@ class ReceivedMessage:
         def extend() -> bool:
             return store.extend_visibility(self.group, self.topic, subscriber, self.partition, self.offset, seconds)
 
-        if self._atomic and store.connection.vendor != "sqlite":
+        if self._atomic and store.dialect.concurrent_writers:
             # Not on this thread's connection: it is in the atomic handler's transaction,
             # which would keep the write -- and the share lock on the lease row that fences
             # it, blocking the lease keeper's renewals -- until the handler commits.
-            # (SQLite: the handler's transaction holds the database write lock anyway; a
-            # second connection would wait for it.)
+            # (Without concurrent writers -- SQLite -- the handler's transaction holds the
+            # database write lock anyway; a second connection would wait for it.)
             extended = _on_own_connection(extend)
         else:
             extended = extend()

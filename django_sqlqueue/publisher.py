@@ -224,5 +224,3 @@ def _alias(using: str | None, conf: QueueSettings) -> str:
             f"database alias {alias!r} is not in settings.DATABASES (known: {', '.join(sorted(settings.DATABASES))})."
         )
     return alias
-
-

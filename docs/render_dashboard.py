@@ -33,10 +33,10 @@ from django.test import override_settings
 from django_sqlqueue import ops, publish_many
 from django_sqlqueue.metrics import views
 from tests.conftest import runconsumer  # noqa: F401 (a fixture)
-from tests.support.processes import wait_until
 from tests.metrics.test_dashboard import DASHBOARD, INTERNALS_ROW, panels
-from tests.processes.test_metrics import answers, free_port
 from tests.metrics.test_prometheus import TOKEN, prometheus  # noqa: F401 (a fixture)
+from tests.processes.test_metrics import answers, free_port
+from tests.support.processes import wait_until
 
 DOCS = Path(__file__).resolve().parent
 STEP = 2  # seconds between the points of query_range

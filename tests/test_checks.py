@@ -64,3 +64,18 @@ def test_unsupported_queue_database_is_an_error(settings):
 def test_the_suite_database_passes_the_checks():
     # Whatever DATABASE_URL the suite runs on, tests/support/settings.py configures it as the README says.
     assert check_messages() == []
+
+
+def test_the_settings_check_reports_each_problem_of_sqlqueue_as_an_error():
+    """checks.check_settings: every problem ``conf.validate`` finds, as an Error with its id and hint."""
+    from django_sqlqueue.checks import check_settings
+    from django_sqlqueue.conf import validate
+
+    raw = {"BATCH_SIZE": 0, "BOGUS": 1}
+    with override_settings(SQLQUEUE=raw):
+        errors = check_settings()
+    assert errors and all(isinstance(e, checks.Error) for e in errors)
+    assert [(e.id, e.msg, e.hint) for e in errors] == [(p.id, p.msg, p.hint or None) for p in validate(raw)]
+    assert any("BOGUS" in e.msg for e in errors) and any("BATCH_SIZE" in e.msg for e in errors)
+    with override_settings(SQLQUEUE={"BATCH_SIZE": 10}):
+        assert check_settings() == []

@@ -277,3 +277,30 @@ def test_publish_outside_the_callers_transaction_alias_warns():
         with transaction.atomic():
             publish("t", 2)  # the right alias: no warning
         publish("t", 3)  # no transaction anywhere: no warning
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_message_announces_each_stored_message_once_on_commit():
+    """publisher.publish_message (publish()'s body): message_published on commit, with the
+    decoded JSON; nothing for a rolled-back publish or a re-publish that stored nothing."""
+    from django_sqlqueue import signals
+    from django_sqlqueue.publisher import publish_message
+
+    sent = []
+
+    def receiver(sender, message, payload, metadata, **kwargs):
+        sent.append((sender, message.id, message.created, payload, metadata))
+
+    signals.message_published.connect(receiver)
+    try:
+        with transaction.atomic():
+            first = publish_message("pub.t", {"total": Decimal("1.50")}, id="m1", metadata={"by": "x"})
+            assert first.created and sent == []  # not before the commit
+        assert sent == [("pub.t", "m1", True, {"total": "1.50"}, {"by": "x"})]
+        assert publish_message("pub.t", {"total": Decimal("1.50")}, id="m1").created is False
+        with pytest.raises(RuntimeError), transaction.atomic():
+            publish_message("pub.t", {}, id="m2")
+            raise RuntimeError("rolled back")
+    finally:
+        signals.message_published.disconnect(receiver)
+    assert len(sent) == 1 and not Message.objects.filter(id="m2").exists()

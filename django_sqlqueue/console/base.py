@@ -64,9 +64,16 @@ def require_action(request: HttpRequest, action: str) -> None:
 
 
 def audit(request: HttpRequest, target: str, message: str, *, deletion: bool = False) -> None:
-    """Record an operator action in the admin log (``LogEntry``): what, on what, how many."""
+    """Record an operator action in the admin log (``LogEntry``): what, on what, how many.
+
+    The user's primary key goes in as it is, as the admin's own ``LogEntry.objects.log_actions``
+    gets it (``user_id=request.user.pk``): a custom user model's key need not be a number.
+    """
+    user_id = request.user.pk
+    if user_id is None:  # unreachable: every action needs a staff user (require_action)
+        raise PermissionDenied("the audit log needs a logged-in user")
     LogEntry.objects.create(
-        user_id=int(request.user.pk or 0),
+        user_id=user_id,
         content_type=ContentType.objects.get_for_model(QueueConsole, for_concrete_model=False),
         object_id=target[:2000],
         object_repr=target[:200],

@@ -1,0 +1,1 @@
+"""Django's management commands: ``runconsumer`` and the operators' ``queue_*`` commands."""

@@ -3,6 +3,8 @@
 :func:`read_snapshot` reads everything in a constant number of statements whatever the
 number of groups, topics and partitions (``ops.overview.group_statuses``, the lag per
 partition and the leases: grouped reads of the small tables, index ranges of the log);
+in flight and retrying are the overview rows' numbers, so the store's one definition
+(``DeliveryCounts.in_flight_total``/``retrying_total``), as ``queue_status`` and the console;
 :class:`QueueCollector` turns a snapshot into metric families and :func:`render` into
 the text exposition format. Labels are bounded: group, topic, partition -- never a
 message id or key.
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_sqlqueue.conf import get_settings
-from django_sqlqueue.db.store.reports import PartitionLag
+from django_sqlqueue.db.store import PartitionLag
 from django_sqlqueue.ops.base import store
 from django_sqlqueue.ops.overview import GroupTopicStatus, group_statuses
 

@@ -84,7 +84,9 @@ class PartitionOffset:
     partition: int
     head: int
     watermark: int
+    #: Delivered, neither acked nor nacked, expired ones included (``DeliveryCounts.in_flight_total``).
     in_flight: int
+    #: Nacked, waiting for their retry (``DeliveryCounts.retrying_total``).
     retrying: int
     leased_by: str | None
     lease_renewed_at: dt.datetime | None
@@ -120,9 +122,8 @@ def group_offsets(group: str, topic: str, using: str | None = None) -> list[Part
                 part,
                 row.head if row else 0,
                 wm.get(part, 0),
-                # The console's columns by status code: an expired in-flight delivery is still in flight.
-                c.in_flight + c.expired,
-                c.retry,
+                c.in_flight_total,
+                c.retrying_total,
                 holder,
                 renewed,
                 stale,

@@ -1,9 +1,10 @@
 """The operator's overview: one read of everything that matters, with the problems flagged.
 
 Every query is bounded by the small tables (groups x topics x partitions) or capped
-(``ReportStore.capped_count``); none counts or scans ``queue_messages`` as a whole. The
+(``MessageReportStore.capped_count``); none counts or scans ``queue_messages`` as a whole. The
 one exception is exact on purpose: lag includes the sequencer's backlog, counted over
-the index of unsequenced rows (see ``store/reports.py``).
+the index of unsequenced rows (see ``db/store/reports.py``, which also defines in flight
+and retrying, the same numbers as ``queue_status``'s and the metrics').
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class GroupTopicStatus:
     #: right after the group's watermark in each partition (the head of each line) and the
     #: topic's oldest message still waiting for the sequencer. None when there is none.
     oldest_unhandled_at: dt.datetime | None
+    #: Delivered, neither acked nor nacked, expired ones included (``DeliveryCounts.in_flight_total``).
     in_flight: int
+    #: Nacked, waiting for their retry (``DeliveryCounts.retrying_total``).
     retrying: int
     dead_letters: int
     paused: bool
@@ -215,9 +218,8 @@ def _status(
         live_subscribers=g.live_subscribers,
         lag=g.lag,
         oldest_unhandled_at=oldest,
-        # The console's columns by status code: an expired in-flight delivery is still in flight.
-        in_flight=c.in_flight + c.expired,
-        retrying=c.retry,
+        in_flight=c.in_flight_total,
+        retrying=c.retrying_total,
         dead_letters=dead,
         paused=g.paused,
         stale_leases=stale,

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from ..conf import get_settings
 from ..consumers import known_consumers
-from ..db.store import QueueStore
-from ..db.store.reports import DeliveryCounts
+from ..db.store import DeliveryCounts, QueueStore
 from ..rules.atomic_modes import describe
 from ..rules.dlq import dlq_topic
 
@@ -31,9 +30,10 @@ class PartitionStatus:
     #: Messages published and committed but not yet acked by the group (``store.lag``:
     #: head - watermark + unsequenced).
     lag: int
-    #: Being worked on now (delivered, visibility not expired).
+    #: Delivered, neither acked nor nacked, its visibility timeout running or ended
+    #: (``DeliveryCounts.in_flight_total``, the console's and the metrics' number).
     in_flight: int
-    #: Nacked and waiting for their retry, or delivered and timed out.
+    #: Nacked and waiting for their retry (``DeliveryCounts.retrying_total``).
     retrying: int
     #: Delayed messages parked until their deliver_at.
     scheduled: int
@@ -119,9 +119,8 @@ def queue_status(*, group: str | None = None, topic: str | None = None, using: s
                 watermark=p.watermark,
                 unsequenced=p.unsequenced,
                 lag=p.lag,
-                in_flight=c.in_flight,
-                # A delivery whose visibility timeout ended waits for redelivery, like a nack.
-                retrying=c.retry + c.expired,
+                in_flight=c.in_flight_total,
+                retrying=c.retrying_total,
                 scheduled=c.scheduled,
                 lease_holder=holder,
                 lease_live=live,

@@ -45,21 +45,8 @@ except ImportError:  # a pyspark without Trigger.AvailableNow for Python sources
 
 from .options import SparkOptionError, get_duration, get_group, get_int, get_str
 from .optionset import check_options
-from .reader import (
-    Positions,
-    Range,
-    ReadSpec,
-    Split,
-    matching_topics,
-    parse_positions,
-    parse_timestamps,
-    positions_by_time,
-    positions_of,
-    read_split,
-    run_sequencer,
-    split_range,
-    topic_selection,
-)
+from .ranges import Positions, Range, parse_positions, parse_timestamps, positions_by_time, positions_of
+from .reader import ReadSpec, Split, matching_topics, read_split, run_sequencer, split_range, topic_selection
 from .runtime import database
 
 #: ``maxTriggerDelay``'s default, as in Spark's Kafka source.

@@ -33,10 +33,10 @@ partitions a live ``runconsumer`` holds is refused (``TestingError``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +48,8 @@ from ..consumers import ConsumerSpec, ReceivedMessage, known_consumers
 from ..db.store import FetchedMessage
 from ..exceptions import TestingError
 from ..worker.batch.handlers import HandlerRunner
-from ..worker.batch.progress import BatchProgress
-from ..worker.batch.runner import BatchRunner, Outcomes
+from ..worker.batch.outcomes import BatchHooks, Outcomes
+from ..worker.batch.runner import BatchRunner
 from ..worker.loop import Worker
 from ..worker.subscription import Subscription
 
@@ -120,45 +120,33 @@ class DrainSummary:
         return "\n".join(lines)
 
 
-class DrainBatches(BatchRunner):
-    """The worker's batch runner, with retry delays collapsed and outcomes counted."""
+class DrainHooks(BatchHooks):
+    """What :func:`drain` watches in the worker's batch runner (``BatchRunner(..., hooks=...)``):
+    retry delays collapsed to 0, outcomes counted per consumer into ``summary``, and the
+    worker stopped once ``max_messages`` messages went through (None: no limit)."""
 
-    def __init__(self, *args: Any, summary: DrainSummary, max_messages: int | None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, summary: DrainSummary, max_messages: int | None) -> None:
         self.summary = summary
         self.budget = max_messages
 
     def _of(self, sub: Subscription) -> ConsumerSummary:
         return self.summary.consumers.setdefault(sub.spec.name, ConsumerSummary())
 
-    def handle(
-        self,
-        sub: Subscription,
-        m: FetchedMessage,
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        *,
-        progress: BatchProgress | None = None,
-        index: int = 0,
-    ) -> bool:
-        handled = super().handle(sub, m, outcomes, invoke, progress=progress, index=index)
-        if self.budget is not None:
-            self.budget -= 1
-            if self.budget <= 0:
-                # The rest of the batch is handed back (attempt not counted), as on a stop.
-                self.stop_event.set()
-        return handled
+    def on_handled(self, sub: Subscription, message: FetchedMessage) -> bool:
+        if self.budget is None:
+            return False
+        self.budget -= 1
+        # Stop once spent: the rest of the batch is handed back (attempt not counted), as on a stop.
+        return self.budget <= 0
 
-    def complete(self, sub: Subscription, outcomes: Outcomes, watermarks: Mapping[int, int]) -> None:
+    def on_outcomes(self, sub: Subscription, outcomes: Outcomes) -> None:
         # Delays collapsed: every retry is due at once (on the database's clock).
         outcomes.nacks = [(partition, offset, 0.0) for partition, offset, _ in outcomes.nacks]
         counts = self._of(sub)
         counts.retried += len(outcomes.nacks)
         counts.handled += sum(len(offsets) for offsets in outcomes.acks.values()) + outcomes.committed
-        super().complete(sub, outcomes, watermarks)
 
-    def dead_letter(self, sub: Subscription, m: FetchedMessage, attempts: int, error: str) -> None:
-        super().dead_letter(sub, m, attempts, error)
+    def on_dead_letter(self, sub: Subscription, message: FetchedMessage, attempts: int, error: str) -> None:
         self._of(sub).dead_lettered += 1
 
 
@@ -219,17 +207,17 @@ def drain_consumers(
         )
     started = time.perf_counter()
     summary = DrainSummary()
-    worker = Worker(specs, name=f"drain-{os.getpid()}-{next(_drains)}", conf=conf, using=alias)
-    batches = DrainBatches(
-        worker.store,
-        worker.conf,
-        stats=worker.stats,
-        stop_event=worker.stop_event,
-        db=worker.db,
-        summary=summary,
-        max_messages=max_messages,
+    # The worker's seam (worker/loop.py): its batch runner with the drain's hooks, and
+    # every batch on this thread (inline: no handler threads, no watchdog, no listener).
+    # Its keeper's rounds run here too (_lease_round); its threads are never started.
+    worker = Worker(
+        specs,
+        name=f"drain-{os.getpid()}-{next(_drains)}",
+        conf=conf,
+        using=alias,
+        batches=functools.partial(BatchRunner, hooks=DrainHooks(summary, max_messages)),
+        inline=True,
     )
-    worker.batches = worker.poller.batches = batches
     try:
         if max_messages == 0:
             return summary
@@ -255,8 +243,8 @@ def drain_consumers(
         worker.keeper.release_all()
         worker.invoke.close()
     summary.duration = time.perf_counter() - started
-    if batches.interrupted is not None:
-        raise batches.interrupted
+    if worker.batches.interrupted is not None:
+        raise worker.batches.interrupted
     return summary
 
 

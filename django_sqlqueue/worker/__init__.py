@@ -4,7 +4,8 @@ What lives here, and what it may import:
 
 - ``loop`` -- :class:`Worker`: lifecycle, the poll loop's rounds, supervision of its threads;
   ``startup`` -- what a worker checks and registers before its first poll;
-- ``poller`` (one poll's plan), ``cadence`` (when to look next), ``probe`` (the cheap look),
+- ``poller`` (one poll's plan), ``dispatch`` (where its batches run: inline or on handler
+  threads, chosen once), ``cadence`` (when to look next), ``probe`` (the cheap look),
   ``subscription`` (one consumer's state in this process), ``budget`` (connections),
   ``healthfile``, ``outage``, ``shutdown``, ``logsetup`` (the process's edges);
 - ``batch/`` -- running one fetched batch: handler calls, outcomes, atomic consumers;

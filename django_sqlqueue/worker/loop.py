@@ -1,51 +1,35 @@
 """The worker: the poll loop that delivers messages to handlers.
 
 One process runs one :class:`Worker` for any number of registered consumers. Per poll
-and subscription it issues a handful of statements whatever the batch size:
+and subscription it issues a handful of statements whatever the batch size (``poller.py``):
+``poll_state`` (sequencing what is not numbered yet), ``fetch``, and ``mark_delivered``,
+which records the deliveries *before* any handler runs -- a crash mid-batch redelivers
+after the visibility timeout, and the attempt counts (a message that kills its worker ends
+in the DLQ, not in a crash loop). Then the handlers run one by one, outside any
+transaction, in offset order per partition, and the outcomes are written (``batch/``).
 
-1. ``poll_state``: one query over the partitions it leases that may have work;
-   partitions with committed messages not numbered yet are sequenced first (one short
-   transaction for all of them, see ``sequencer.py``);
-2. ``fetch``: one query for all of them (fresh and due messages, per partition);
-3. ``mark_delivered``: one transaction recording the deliveries *before* any handler
-   runs, so a crash mid-batch redelivers after the visibility timeout, and counts the
-   attempt (a message that kills its worker ends in the DLQ, not in a crash loop);
-4. handlers run one by one, outside any transaction, in offset order per partition;
-5. outcomes: dead letters (each moved atomically), nacks, then acks -- the happy path
-   moves the watermark and deletes the rows in one transaction per partition.
-
-With ``concurrency`` > 1 (``runconsumer --concurrency N``) steps 4 and 5 of each
-partition's batch run on one of N handler threads (``executor.py``) while the poll loop
-goes on polling the other partitions; a partition with a batch on a handler thread is not
-fetched again until that batch's outcomes are written, so order within a partition holds.
-With ``concurrency`` 1 and a handler timeout (the default: each consumer's visibility
-timeout) the batches run on one handler thread while the poll loop waits. Either way the
-poll loop is the watchdog of handler timeouts (``watchdog.py``): a handler that stops
-making progress gives its partition up instead of stalling it.
+Where the batches run is decided once, when the worker is built (``dispatch.py``): on
+the poll loop's thread, on one handler thread (a handler timeout, the default) or on N
+(``--concurrency N``). With handler threads the poll loop is the watchdog of handler
+timeouts (``threads/watchdog.py``): a handler that stops making progress gives its
+partition up instead of stalling it.
 
 Polling adapts (``cadence.py``): at once again after a poll that delivered something, then,
 while polls come back empty, waits that start at ``POLL_INTERVAL / 8`` and double up to
 ``POLL_INTERVAL_MAX``. A wait ends early when a batch finishes on a handler thread, or, on
-PostgreSQL, when a notification says a consumed topic got a message (``notifications.py``).
+PostgreSQL, when a notification says a consumed topic got a message (``threads/listener.py``).
 
-This module holds the worker's lifecycle, its cadence and the poll's planning; a batch's
-handlers and outcomes are ``batch.py``, the side threads ``leasing.py`` (leases) and
-``scheduler.py`` (recurring schedules), supervised here (``service.py``); garbage
-collection runs between polls (``collector.py``).
-
-At start it registers its topics -- waiting out a database it cannot reach, or that
-refuses another connection, like any outage -- and compares the server's room for more
-connections with its budget (``budget.py``), warning once if they do not fit.
+:class:`Worker`'s constructor builds and wires its parts (``poller.py``, ``dispatch.py``,
+``batch/``, the side threads in ``threads/``); this module holds its lifecycle, cadence and
+supervision. What runs once before the first poll is ``startup.py``.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
 from contextlib import nullcontext
-from functools import partial
 
 from django.db import connections
 
@@ -61,27 +45,31 @@ from ..exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from ..instruments import NO_INSTRUMENTS, Instruments
 from ..rules.notify_channels import channel_for
 from ..schedules import Schedule
+from . import dispatch, startup
 from .batch.handlers import HandlerRunner
-from .batch.runner import BatchRunner, Stats
-from .budget import ConnectionBudget, connection_budget, room_warning
+from .batch.outcomes import Stats
+from .batch.runner import BatchRunner
+from .budget import ConnectionBudget, connection_budget
 from .cadence import Cadence
 from .healthfile import HealthFile
-from .outage import OutageReporter, is_unreachable
+from .outage import OutageReporter
 from .poller import Poller
 from .probe import Probe
 from .subscription import Subscription
 from .threads.collector import GarbageCollector
-from .threads.executor import DeadThread, PartitionExecutor
+from .threads.executor import DeadThread
 from .threads.leasing import LeaseKeeper
 from .threads.listener import Listener
 from .threads.listener import supported as notifications_supported
 from .threads.scheduler import Scheduler
 from .threads.service import ServiceThread
-from .threads.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Stats", "Worker"]
+
+#: What stopped a worker by dying: a side thread, or a handler thread.
+Crash = ServiceThread | DeadThread
 
 
 class Worker:
@@ -98,46 +86,57 @@ class Worker:
         schedules: list[Schedule] | None = None,
         health_file: str | None = None,
         instruments: Instruments | None = None,
+        batches: dispatch.BatchRunnerFactory = BatchRunner,
+        inline: bool = False,
     ) -> None:
-        """``concurrency``: handler threads running batches of different partitions in parallel
-        (1: handlers run on the poll loop's thread, one at a time). ``schedules``: recurring
-        tasks and messages this worker helps fire (django_sqlqueue.worker.threads.scheduler). ``health_file``: a
-        file touched after healthy poll-loop rounds (django_sqlqueue.worker.healthfile).
-        ``instruments``: monitoring hooks for polls, batches, sequencer runs and leases
-        (django_sqlqueue.instruments; ``runconsumer --metrics-port`` passes its metrics)."""
+        """``concurrency``: handler threads running batches of different partitions in parallel.
+        ``schedules``: recurring tasks and messages this worker helps fire (``threads/scheduler.py``).
+        ``health_file``: a file touched after healthy rounds (``healthfile.py``). ``instruments``:
+        monitoring hooks (django_sqlqueue.instruments; ``runconsumer --metrics-port``).
+
+        The seam for callers that drive a worker themselves (``django_sqlqueue.testing``):
+        ``batches`` builds the batch runner (default :class:`BatchRunner`); ``inline=True``
+        runs every batch on the thread that polls, whatever the consumers' timeouts (no
+        handler threads, no watchdog), and builds no listener -- for a caller that calls
+        :meth:`poll` and the keeper's rounds itself instead of :meth:`run`. Every part is
+        built and wired here; :meth:`run` only starts threads.
+        """
         if not specs:
             raise ValueError("a worker needs at least one consumer")
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be a positive integer, got {concurrency!r}.")
+        if inline and concurrency > 1:
+            raise ConfigurationError(f"an inline worker runs one batch at a time, got concurrency={concurrency}.")
         self.concurrency = concurrency
-        self.executor: PartitionExecutor | None = None
-        self.watchdog: Watchdog | None = None
         self.conf = conf or get_settings()
         self.name = name
         self.instruments = instruments or NO_INSTRUMENTS
         self.store = QueueStore(using or self.conf.DATABASE)
         self.sequencer = Sequencer(self.store.using)
         self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
-        self.probe = Probe(self.store, [sub.topic for sub in self.subscriptions])
+        self.topics = sorted({sub.topic for sub in self.subscriptions})
+        #: Whether batches run on handler threads (``dispatch.handler_threads``).
+        self.uses_handler_threads = not inline and dispatch.handler_threads(concurrency, self.subscriptions)
+        self.probe = Probe(self.store, self.topics)
         self.stop_event = threading.Event()
         #: What the poll loop sleeps on between rounds: set by a stop, a batch finishing
         #: on a handler thread and a notification of new messages.
         self.wakeup = threading.Event()
         self.cadence = Cadence(self.conf.POLL_INTERVAL, self.conf.POLL_INTERVAL_MAX)
         self.db = Retrying(self.store.using, self.stop_event)
-        # One outage reporter for the poll loop and the side threads (django_sqlqueue.worker.outage).
+        # One outage reporter for the poll loop and the side threads (outage.py).
         self.outage = OutageReporter(alias=self.store.using, report_interval=self.conf.OUTAGE_REPORT_INTERVAL)
         self.keeper = LeaseKeeper(
             self.subscriptions, self.store, self.conf, outage=self.outage, instruments=self.instruments
         )
-        # Calls sync and async handlers; owns this worker's event loop (django_sqlqueue.worker.batch.handlers).
+        # Calls sync and async handlers on the poll loop; owns its event loop (batch/handlers.py).
         self.invoke = HandlerRunner()
         self.scheduler = Scheduler(schedules, using=self.store.using, outage=self.outage) if schedules else None
         # PostgreSQL: a connection that LISTENs for new messages of the consumed topics and
-        # cuts the poll loop's wait short (notifications.py); polling stays the safety net.
+        # cuts the poll loop's wait short (threads/listener.py); polling stays the safety net.
         self.listener = (
             Listener(
-                sorted({sub.topic for sub in self.subscriptions}),
+                self.topics,
                 using=self.store.using,
                 outage=self.outage,
                 wake=self.wakeup.set,
@@ -146,24 +145,33 @@ class Worker:
                 name=name,
                 reconnect_interval=self.conf.POLL_INTERVAL_MAX,
             )
-            if self.conf.NOTIFY and notifications_supported(self.store.using)
+            if self.conf.NOTIFY and not inline and notifications_supported(self.store.using)
             else None
         )
         self.stats = Stats()
-        self.batches = BatchRunner(self.store, self.conf, stats=self.stats, stop_event=self.stop_event, db=self.db)
-        self.poller = Poller(
-            self.store,
-            self.sequencer,
-            self.conf,
-            db=self.db,
-            batches=self.batches,
+        self.batches = batches(self.store, self.conf, stats=self.stats, stop_event=self.stop_event, db=self.db)
+        #: Where batches run, decided here once (dispatch.py); its threads start in run().
+        self.dispatch = dispatch.choose(
+            self.batches,
+            concurrency=concurrency,
+            handler_threads=self.uses_handler_threads,
             invoke=self.invoke,
+            on_death=self._service_died,
+            finished=self.wakeup,
             outage=self.outage,
             instruments=self.instruments,
         )
+        #: The handler threads and their watchdog (None: batches run on the poll loop).
+        self.executor, self.watchdog = self.dispatch.executor, self.dispatch.watchdog
+        self.poller = Poller(
+            self.store, self.sequencer, self.conf, db=self.db, dispatch=self.dispatch, instruments=self.instruments
+        )
         self.collector = GarbageCollector(self.subscriptions, self.store, self.conf, db=self.db, outage=self.outage)
-        #: The side thread or handler thread whose death stopped the worker (None: none died).
-        self.crashed: ServiceThread | DeadThread | None = None
+        #: The side thread or handler thread whose death stopped the worker (None: none
+        #: died). Set once, the first report winning, under ``_crash_lock``: side threads,
+        #: handler threads and the watchdog may report at the same time.
+        self.crashed: Crash | None = None
+        self._crash_lock = threading.Lock()
         self.health_file = HealthFile(health_file)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -171,11 +179,7 @@ class Worker:
     @property
     def services(self) -> list[ServiceThread]:
         """The side threads this worker runs and supervises."""
-        return (
-            [self.keeper]
-            + ([self.scheduler] if self.scheduler is not None else [])
-            + ([self.listener] if self.listener is not None else [])
-        )
+        return [s for s in (self.keeper, self.scheduler, self.listener) if s is not None]
 
     def stop(self) -> None:
         """Ask the worker to finish the message(s) in hand and shut down gracefully."""
@@ -187,7 +191,7 @@ class Worker:
 
         Raises :class:`~django_sqlqueue.exceptions.WorkerCrashed` (after the hand-back) when
         a side thread or a handler thread died, and re-raises the ``SystemExit`` or
-        ``KeyboardInterrupt`` a handler raised (``batch.py``), after the same hand-back.
+        ``KeyboardInterrupt`` a handler raised (``batch/runner.py``), after the same hand-back.
         """
         logger.info(
             "worker starting subscriber=%s consumers=%s concurrency=%d",
@@ -195,26 +199,18 @@ class Worker:
             ", ".join(s.spec.name for s in self.subscriptions),
             self.concurrency,
         )
-        if not self._register_topics_when_reachable():
+        registered = startup.register_when_reachable(
+            self.store, self.conf, self.db, self.topics, stop_event=self.stop_event, outage=self.outage
+        )
+        if not registered:
             logger.info("worker stopped before it started subscriber=%s", self.name)
             connections.close_all()
             return
-        self.check_connection_room()
+        startup.check_connection_room(self.store, self.connections_needed(), name=self.name)
         self.keeper.start(on_death=self._service_died)
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)
-        if self.uses_handler_threads:
-            self.executor = self.poller.executor = PartitionExecutor(
-                self.concurrency, on_death=self._service_died, finished=self.wakeup
-            )
-            self.watchdog = self.poller.watchdog = Watchdog(
-                self.executor,
-                self.store,
-                self.batches,
-                db=self.db,
-                on_stuck=self._service_died,
-                instruments=self.instruments,
-            )
+        self.dispatch.start()
         if self.scheduler is not None:
             self.scheduler.start(on_death=self._service_died)
         if self.listener is not None:
@@ -224,12 +220,8 @@ class Worker:
             self._loop()
         finally:
             signals.send(signals.worker_stopping, Worker, worker=self, name=self.name)
-            if self.executor is not None and self.watchdog is not None:
-                # Drain: the batches in hand finish their current message, hand the rest
-                # back and write their outcomes before the leases are released; a handler
-                # that overruns its timeout meanwhile is given up, not waited for.
-                self.executor.finished.set()
-                self.watchdog.drain()
+            # Drain the handler threads, if any, before the leases are released.
+            self.dispatch.drain()
             for service in reversed(self.services):
                 service.stop()
             self.keeper.release_all()
@@ -243,37 +235,16 @@ class Worker:
                 self.stats.nacked,
                 self.stats.dead_lettered,
             )
-        interrupted = self.batches.interrupted
-        if interrupted is not None:
-            logger.error(
-                "worker exiting subscriber=%s: a handler raised %s; leases released, in-flight messages handed back",
-                self.name,
-                type(interrupted).__name__,
-            )
-            raise interrupted
-        if self.crashed is not None:
-            error = self.crashed.error
-            if isinstance(error, HandlersStuck):
-                logger.error("worker exiting subscriber=%s: %s; leases released", self.name, error)
-                raise error
-            logger.error(
-                "worker exiting subscriber=%s: its %s thread died (%s: %s); leases released, in-flight messages "
-                "handed back",
-                self.name,
-                self.crashed.title,
-                type(error).__name__,
-                error,
-            )
-            raise WorkerCrashed(
-                f"worker {self.name}: its {self.crashed.title} thread died ({type(error).__name__}: {error}); "
-                "the worker stopped so that it can be restarted."
-            )
+        error = _exit_error(self.name, self.batches.interrupted, self.crashed)
+        if error is not None:
+            raise error
 
-    def _service_died(self, service: ServiceThread | DeadThread) -> None:
+    def _service_died(self, service: Crash) -> None:
         """Called on a side thread that ends unasked, or a handler thread that dies: stop
         the worker (it exits non-zero)."""
-        if self.crashed is None:
-            self.crashed = service
+        with self._crash_lock:
+            if self.crashed is None:
+                self.crashed = service
         self.stop()
 
     def _leases(self, channel: str, partition: int) -> bool:
@@ -292,13 +263,7 @@ class Worker:
             if service.died:
                 self._service_died(service)
 
-    @property
-    def uses_handler_threads(self) -> bool:
-        """Whether batches run on handler threads: with ``--concurrency`` > 1, or when a
-        handler has a timeout (the poll loop must stay free to watch it)."""
-        return self.concurrency > 1 or any(
-            sub.options.timeout is not None or sub.spec.timeout_for is not None for sub in self.subscriptions
-        )
+    # -- startup (startup.py) ------------------------------------------------------------
 
     def connections_needed(self) -> ConnectionBudget:
         """The connections this worker holds on the queue's alias (``budget.py``)."""
@@ -306,76 +271,15 @@ class Worker:
             concurrency=self.concurrency,
             handler_threads=self.uses_handler_threads,
             scheduler=self.scheduler is not None,
-            async_handlers=any(_is_async(sub.spec.handler) for sub in self.subscriptions),
+            async_handlers=any(startup.is_async(sub.spec.handler) for sub in self.subscriptions),
             listener=self.listener is not None,
         )
 
-    def check_connection_room(self) -> None:
-        """Warn once if the server has less room for connections than this worker needs.
-
-        Runs on the poll loop's connection, before the side threads open theirs. A server
-        that will not say (no privilege, SQLite) is not an error: logged at DEBUG.
-        """
-        budget = self.connections_needed()
-        try:
-            limits = self.store.connection_limits()
-        except Exception:  # a courtesy check: the worker goes on without it
-            logger.debug("could not read the server's connection limits", exc_info=True)
-            close_quietly(self.store.using)
-            return
-        if not limits:
-            logger.debug("no connection limit to check (%s) alias=%s", self.store.connection.vendor, self.store.using)
-            return
-        warning = room_warning(limits, needed=budget.total)
-        if warning is not None:
-            logger.warning("%s; connections of this worker: %s subscriber=%s", warning, budget.describe(), self.name)
-        else:
-            logger.debug("connection limits %s leave room for this worker's %s", limits, budget.describe())
-
-    def _register_topics_when_reachable(self) -> bool:
-        """Register the topics, waiting out an unreachable database; False if stopped first.
-
-        A worker started while the server is down, or while it refuses more connections
-        (MySQL 1040, PostgreSQL 53300), reports an outage (a few lines, no traceback) and
-        starts once it gets in, instead of exiting with a traceback for its process
-        manager to restart.
-        """
-        while not self.stop_event.is_set():
-            try:
-                self.register_topics()
-            except Exception as exc:
-                if not is_unreachable(exc):
-                    raise
-                self.outage.unreachable(exc)
-                close_quietly(self.store.using)
-                self.stop_event.wait(self.conf.POLL_INTERVAL_MAX)
-            else:
-                self.outage.reachable()
-                return True
-        return False
-
     def register_topics(self) -> None:
-        """Register the consumed topics with their partition counts; refuse a mismatch.
+        """Register the consumed topics with their partition counts; refuse a mismatch."""
+        startup.register_topics(self.store, self.conf, self.db, self.topics)
 
-        Publishers hash keys with the count in their settings: a worker whose settings
-        disagree with the registered count would consume a topic that publishers
-        partition differently. Changing the count is an explicit operation
-        (``manage.py queue_topic repartition``).
-        """
-        for topic in sorted({sub.topic for sub in self.subscriptions}):
-            wanted = self.conf.partitions_for(topic)
-            registered = self.db("register topic", partial(self.store.register_topic, topic, wanted))
-            if registered != wanted:
-
-                def describe(n: int | None) -> str:
-                    return "one partition per key" if n is None else f"{n} partitions"
-
-                raise ConfigurationError(
-                    f"topic {topic!r} is registered with {describe(registered)}, but SQLQUEUE gives it "
-                    f"{describe(wanted)}. Change the partition count explicitly with "
-                    f"`manage.py queue_topic repartition {topic} <n>` (keys move to other partitions; drain "
-                    "the topic first if order across the change matters), or fix SQLQUEUE['TOPICS']."
-                )
+    # -- the poll loop -------------------------------------------------------------------
 
     def _loop(self) -> None:
         conf = self.conf
@@ -396,8 +300,7 @@ class Worker:
         woken = True
         while not self.stop_event.is_set():
             self._supervise()
-            if self.watchdog is not None:
-                self.watchdog.check()
+            self.dispatch.check()
             tidy_connections()
             # This round looks at everything: what woke the loop until now is seen by it;
             # what sets the event from here on (a batch finishing, a notification that
@@ -431,8 +334,7 @@ class Worker:
                 full = full or was_full
             self.collector.run_if_due()
             self.health_file.beat(healthy=not self.outage.in_outage and self.crashed is None)
-            executor = self.executor
-            if executor is not None and executor.free == 0:
+            if self.dispatch.saturated:
                 # Every handler thread has a batch: poll again when one finishes (or a
                 # handler's timeout is due: the watchdog runs at the top of the loop).
                 woken = self._pause(conf.POLL_INTERVAL_MAX)
@@ -447,16 +349,14 @@ class Worker:
         the running handlers' timeouts meanwhile. True if woken before the time was up."""
         if self.stop_event.is_set():
             return True
-        watchdog = self.watchdog
         end = time.monotonic() + seconds
         while (remaining := end - time.monotonic()) > 0:
-            due = None if watchdog is None else watchdog.next_check()
+            due = self.dispatch.next_check()
             if self.wakeup.wait(remaining if due is None else min(remaining, due)):
                 if not self.stop_event.is_set():
                     self.wakeup.clear()
                 return True
-            if watchdog is not None:
-                watchdog.check()
+            self.dispatch.check()
         return False
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
@@ -464,7 +364,31 @@ class Worker:
         return self.poller.poll(sub)
 
 
-def _is_async(handler: object) -> bool:
-    """Whether ``handler`` is ``async def`` (a function or an object whose ``__call__`` is)."""
-    call = type(handler).__call__ if not inspect.isroutine(handler) else None
-    return inspect.iscoroutinefunction(handler) or (call is not None and inspect.iscoroutinefunction(call))
+def _exit_error(name: str, interrupted: BaseException | None, crashed: Crash | None) -> BaseException | None:
+    """What a stopped worker raises, logged once: the ``SystemExit``/``KeyboardInterrupt`` a
+    handler raised, ``HandlersStuck``, or ``WorkerCrashed`` for a thread that died; None
+    after a plain stop."""
+    if interrupted is not None:
+        logger.error(
+            "worker exiting subscriber=%s: a handler raised %s; leases released, in-flight messages handed back",
+            name,
+            type(interrupted).__name__,
+        )
+        return interrupted
+    if crashed is None:
+        return None
+    error = crashed.error
+    if isinstance(error, HandlersStuck):
+        logger.error("worker exiting subscriber=%s: %s; leases released", name, error)
+        return error
+    logger.error(
+        "worker exiting subscriber=%s: its %s thread died (%s: %s); leases released, in-flight messages handed back",
+        name,
+        crashed.title,
+        type(error).__name__,
+        error,
+    )
+    return WorkerCrashed(
+        f"worker {name}: its {crashed.title} thread died ({type(error).__name__}: {error}); "
+        "the worker stopped so that it can be restarted."
+    )

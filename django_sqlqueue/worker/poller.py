@@ -1,22 +1,23 @@
 """Planning one poll of one subscription: which partitions, which messages, to whom.
 
-Per poll and subscription (see ``worker.py`` for the cadence):
+Per poll and subscription (see ``loop.py`` for the cadence):
 
 1. ``poll_state``: one query over the leased partitions that may have work. Partitions
-   with committed messages not numbered yet are sequenced (``sequencer.py``); watermarks
-   that can pass acked rows are advanced (``store/acks.py``). A partition without the
+   with committed messages not numbered yet are sequenced (``db/sequencer.py``); watermarks
+   that can pass acked rows are advanced (``db/store/acks.py``). A partition without the
    group's watermark row is skipped and reported to the lease keeper, which creates
-   watermark rows (``leasing.py``);
+   watermark rows (``threads/leasing.py``);
 2. ``fetch``: one query for the fresh and due messages of every partition with work (with
    handler threads, no more partitions than threads are free, rotating);
 3. select each partition's batch: the lowest deliverable offsets up to ``batch_size``;
    delayed messages are parked, messages out of attempts are dead-lettered;
 4. ``mark_delivered``: one transaction recording the deliveries before any handler runs,
    fenced by the leases -- a partition lost since the poll began delivers nothing;
-5. the batches run (``batch.py``): on this thread when no handler of the worker has a
-   timeout and ``--concurrency`` is 1; otherwise on handler threads (``executor.py``),
-   one batch per partition -- with ``--concurrency 1`` the poll waits for them, watching
-   their timeouts (``watchdog.py``).
+5. the batches run (``batch/runner.py``), handed in one call to the worker's dispatch
+   strategy, chosen when the worker was built (``dispatch.py``): on this thread when no
+   handler of the worker has a timeout and ``--concurrency`` is 1; otherwise on handler
+   threads (``threads/executor.py``), one batch per partition -- with ``--concurrency 1``
+   the poll waits for them, watching their timeouts (``threads/watchdog.py``).
 
 A partition whose batch is still on a handler thread is not polled again until its
 outcomes are written, so order within a partition holds.
@@ -26,27 +27,22 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
 
 from ..conf import QueueSettings
-from ..db.conn import close_all_quietly, tidy_connections
 from ..db.retry import Retrying
 from ..db.sequencer import Sequencer
 from ..db.store import FetchedMessage, FetchPlan, PartitionState, QueueStore
 from ..instruments import NO_INSTRUMENTS, Instruments
-from .batch.handlers import HandlerRunner
-from .batch.progress import BatchProgress
-from .batch.runner import BatchRunner, Outcomes, attempt_number, expired_error
-from .outage import OutageReporter
+from .batch.outcomes import attempt_number, expired_error
+from .batch.runner import BatchRunner
+from .dispatch import Dispatch
 from .subscription import Subscription
-from .threads.executor import PartitionExecutor
-from .threads.watchdog import Watchdog
 
-# Logged as the worker (the name projects configure), like batch.py.
-logger = logging.getLogger("django_sqlqueue.worker")
+# A child of "django_sqlqueue.worker": configuring that logger still catches these records.
+logger = logging.getLogger(__name__)
 
 
 class Poller:
@@ -59,25 +55,18 @@ class Poller:
         conf: QueueSettings,
         *,
         db: Retrying,
-        batches: BatchRunner,
-        invoke: HandlerRunner,
-        outage: OutageReporter | None = None,
+        dispatch: Dispatch,
         instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
+        """``dispatch`` runs the poll's batches (``dispatch.py``); its batch runner also
+        dead-letters the messages out of attempts that a poll meets."""
         self.store = store
         self.sequencer = sequencer
         self.conf = conf
         self.db = db
-        self.batches = batches
-        self.invoke = invoke
-        self.outage = outage
+        self.dispatch = dispatch
+        self.batches: BatchRunner = dispatch.batches
         self.instruments = instruments
-        #: Per handler thread: the outage count when it last used its connections.
-        self._seen = threading.local()
-        #: The worker's handler threads and their watchdog, set when it starts (None:
-        #: batches run on this thread).
-        self.executor: PartitionExecutor | None = None
-        self.watchdog: Watchdog | None = None
         self._turn = 0
 
     def poll(self, sub: Subscription) -> tuple[int, bool]:
@@ -88,44 +77,12 @@ class Poller:
             return self._poll(sub, time.perf_counter())
 
     def _poll(self, sub: Subscription, started: float) -> tuple[int, bool]:
-        store, group, topic = self.store, sub.group, sub.topic
-        states = self.db("poll state", lambda: store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
-        busy = sub.in_flight.snapshot()
-        # A partition whose batch is still on a handler thread is left alone (order).
-        states = [s for s in states if s.partition in sub.held and s.partition not in busy]
-        missing = frozenset(s.partition for s in states if not s.has_offsets_row)
-        if missing:
-            # Left to the lease keeper, which creates watermark rows (normally when it
-            # takes a lease; a failure there, or an operator, can leave one missing).
-            sub.missing_offsets = missing
-            states = [s for s in states if s.has_offsets_row]
-        by_key: dict[int, PartitionState] = {s.partition: s for s in states}
-        unsequenced = [s.partition for s in states if s.unsequenced]
-        if unsequenced:
-            began = time.perf_counter()
-            heads = self.db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
-            numbered = sum(head - by_key[partition].head for partition, head in heads.items())
-            self.instruments.sequenced(topic, time.perf_counter() - began, numbered)
-            for partition, head in heads.items():
-                by_key[partition] = replace(by_key[partition], head=head)
-            states = [by_key[s.partition] for s in states]
-        plans: list[FetchPlan] = []
-        for state in states:
-            if state.advanceable:
-                key, wm = state.partition, state.watermark
-                new = self.db(
-                    "advance watermark", functools.partial(store.advance_watermark, group, topic, sub.name, key, wm)
-                )
-                state = by_key[key] = _with_watermark(state, new)
-            fresh_after = max(state.watermark, state.delivered_max or 0)
-            fresh = state.head > fresh_after
-            due = state.next_due is not None and state.next_due <= state.now
-            if sub.strict and state.in_flight:
-                continue  # strict serialization: wait for the message in flight
-            if fresh or due:
-                plans.append(FetchPlan(state.partition, fresh_after if fresh else None, due))
-        if self.executor is not None and self.executor.concurrency > 1:
-            plans = self._share_slots(plans)
+        group, topic = sub.group, sub.topic
+        by_key = self._states(sub)
+        plans = self._plans(sub, by_key)
+        free = self.dispatch.slots()
+        if free is not None:
+            plans = self._share_slots(plans, free)
         if not plans:
             self.instruments.polled(group, topic, time.perf_counter() - started, 0)
             return 0, False
@@ -138,7 +95,7 @@ class Poller:
             [p.partition for p in plans],
         )
         limit = sub.options.batch_size
-        fetched = self.db("fetch", lambda: store.fetch(group, topic, plans, limit))
+        fetched = self.db("fetch", lambda: self.store.fetch(group, topic, plans, limit))
         batches, parked, full = self._select(sub, fetched, by_key)
         if not batches and not parked:
             self.instruments.polled(group, topic, time.perf_counter() - started, 0)
@@ -155,63 +112,86 @@ class Poller:
             )
         if parked:
             logger.debug("parked delayed messages group=%s topic=%s count=%d", group, topic, len(parked))
-
-        first = [m for batch in batches.values() for m in batch if m.retry_count is None]
-        again = [m for batch in batches.values() for m in batch if m.retry_count is not None]
-        held = self.db(
-            "mark delivered",
-            lambda: store.mark_delivered(group, topic, sub.name, first, again, parked, sub.options.visibility_timeout),
-        )
-        # A partition whose lease was lost since the poll began (stolen after expiry,
-        # released by an operator) was not recorded: deliver none of its messages.
-        batches = {key: batch for key, batch in batches.items() if key in held}
+        batches = self._mark_delivered(sub, batches, parked)
         self.instruments.polled(group, topic, time.perf_counter() - started, len(batches))
         for batch in batches.values():
             self.instruments.batch(group, topic, len(batch))
         watermarks = {key: by_key[key].watermark for key in batches}
-        messages = [m for key in sorted(batches) for m in batches[key]]
-        if self.executor is not None and self.watchdog is not None and self.executor.concurrency == 1:
-            # One handler thread: this poll's batches run one after another as one job (one
-            # hand-off per poll), as they would on this thread, while this thread watches
-            # their timeouts (watchdog.py).
-            progress = BatchProgress(sub, messages, watermarks, Outcomes())
-            job = functools.partial(self._run_on_handler_thread, sub, progress)
-            self.executor.submit(sub.in_flight, tuple(sorted(batches)), job, progress)
-            self.watchdog.wait_idle()
-            return len(messages), full or bool(parked)
-        if self.executor is not None:
-            for key in sorted(batches):
-                progress = BatchProgress(sub, batches[key], {key: watermarks[key]}, Outcomes())
-                job = functools.partial(self._run_on_handler_thread, sub, progress)
-                self.executor.submit(sub.in_flight, key, job, progress)
-            handled = sum(len(b) for b in batches.values())
-            return handled, full or bool(parked)
-        handled = self.batches.run(sub, messages, watermarks, self.invoke)
+        handled = self.dispatch.run(sub, batches, watermarks)
         # Parking delayed messages is progress too: poll again at once, or ready messages
         # behind many delayed ones would wait through idle backoff.
         return handled, full or bool(parked)
 
-    def _share_slots(self, plans: list[FetchPlan]) -> list[FetchPlan]:
-        """Fetch no more partitions than there are free handler threads, rotating the start
-        so that every partition with work gets its turn."""
-        assert self.executor is not None
-        free = self.executor.free
+    def _states(self, sub: Subscription) -> dict[int, PartitionState]:
+        """The poll state of the held partitions this poll may deliver, by partition, in
+        the order the store returned them; unsequenced messages are numbered first."""
+        group, topic = sub.group, sub.topic
+        states = self.db("poll state", lambda: self.store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
+        busy = sub.in_flight.snapshot()
+        # A partition whose batch is still on a handler thread is left alone (order).
+        states = [s for s in states if s.partition in sub.held and s.partition not in busy]
+        missing = frozenset(s.partition for s in states if not s.has_offsets_row)
+        if missing:
+            # Left to the lease keeper, which creates watermark rows (normally when it
+            # takes a lease; a failure there, or an operator, can leave one missing).
+            sub.report_missing(missing)
+            states = [s for s in states if s.has_offsets_row]
+        by_key: dict[int, PartitionState] = {s.partition: s for s in states}
+        unsequenced = [s.partition for s in states if s.unsequenced]
+        if unsequenced:
+            began = time.perf_counter()
+            heads = self.db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
+            numbered = sum(head - by_key[partition].head for partition, head in heads.items())
+            self.instruments.sequenced(topic, time.perf_counter() - began, numbered)
+            for partition, head in heads.items():
+                by_key[partition] = replace(by_key[partition], head=head)
+        return by_key
+
+    def _plans(self, sub: Subscription, by_key: dict[int, PartitionState]) -> list[FetchPlan]:
+        """What to fetch of each partition (fresh messages, due ones); watermarks that can
+        pass acked rows are advanced first (``by_key`` gets the new ones)."""
+        group, topic = sub.group, sub.topic
+        plans: list[FetchPlan] = []
+        for state in list(by_key.values()):
+            if state.advanceable:
+                key, wm = state.partition, state.watermark
+                new = self.db(
+                    "advance watermark",
+                    functools.partial(self.store.advance_watermark, group, topic, sub.name, key, wm),
+                )
+                state = by_key[key] = _with_watermark(state, new)
+            fresh_after = max(state.watermark, state.delivered_max or 0)
+            fresh = state.head > fresh_after
+            due = state.next_due is not None and state.next_due <= state.now
+            if sub.strict and state.in_flight:
+                continue  # strict serialization: wait for the message in flight
+            if fresh or due:
+                plans.append(FetchPlan(state.partition, fresh_after if fresh else None, due))
+        return plans
+
+    def _mark_delivered(
+        self, sub: Subscription, batches: dict[int, list[FetchedMessage]], parked: list[FetchedMessage]
+    ) -> dict[int, list[FetchedMessage]]:
+        """Record the deliveries (and the parked messages); return the batches to run."""
+        first = [m for batch in batches.values() for m in batch if m.retry_count is None]
+        again = [m for batch in batches.values() for m in batch if m.retry_count is not None]
+        timeout = sub.options.visibility_timeout
+        held = self.db(
+            "mark delivered",
+            lambda: self.store.mark_delivered(sub.group, sub.topic, sub.name, first, again, parked, timeout),
+        )
+        # A partition whose lease was lost since the poll began (stolen after expiry,
+        # released by an operator) was not recorded: deliver none of its messages.
+        return {key: batch for key, batch in batches.items() if key in held}
+
+    def _share_slots(self, plans: list[FetchPlan], free: int) -> list[FetchPlan]:
+        """Fetch no more partitions than there are ``free`` handler threads, rotating the
+        start so that every partition with work gets its turn."""
         if len(plans) <= free:
             return plans
         self._turn = (self._turn + 1) % len(plans)
         rotated = plans[self._turn :] + plans[: self._turn]
         return rotated[:free]
-
-    def _run_on_handler_thread(self, sub: Subscription, progress: BatchProgress, invoke: HandlerRunner) -> int:
-        outages = 0 if self.outage is None else self.outage.outages
-        if getattr(self._seen, "outages", 0) != outages:
-            # The database was unreachable since this thread's last batch: its idle
-            # connection is likely dead server-side; a new one, rather than a handler
-            # failing on the stale one.
-            close_all_quietly()
-            self._seen.outages = outages
-        tidy_connections()
-        return self.batches.run(sub, list(progress.messages), progress.watermarks, invoke, progress)
 
     def _select(
         self, sub: Subscription, fetched: list[FetchedMessage], states: dict[int, PartitionState]

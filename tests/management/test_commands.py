@@ -43,7 +43,7 @@ def test_queue_status_table():
     ]  # fmt: skip
     cells = [line.split() for line in lines[1:7]]
     assert cells == [
-        ["g1", "st", "0", "10", "3", "0", "7", "1", "2", "w1"],
+        ["g1", "st", "0", "10", "3", "0", "7", "2", "1", "w1"],
         ["g1", "st", "1", "4", "4", "2", "2", "0", "0", "w2", "(expired)"],
         ["g2", "st", "0", "10", "0", "0", "10", "0", "0", "-"],
         ["g2", "st", "1", "4", "0", "2", "6", "0", "0", "-"],
@@ -53,7 +53,7 @@ def test_queue_status_table():
     assert lines[7] == ""
     assert lines[8:] == [
         (
-            "group g1: 1 topic(s), 2 partition(s), lag 9, waiting for the sequencer 2, in flight 1, retrying 2, "
+            "group g1: 1 topic(s), 2 partition(s), lag 9, waiting for the sequencer 2, in flight 2, retrying 1, "
             "dead letters 1, live subscribers 1"
         ),
         (
@@ -92,8 +92,8 @@ def test_queue_status_json():
         "watermark": 3,
         "unsequenced": 0,
         "lag": 7,
-        "in_flight": 1,
-        "retrying": 2,
+        "in_flight": 2,
+        "retrying": 1,
         "scheduled": 1,
         "lease_holder": "w1",
         "lease_live": True,

@@ -244,10 +244,12 @@ def test_thresholds_of_the_setting_apply_and_a_flag_overrides_its_own():
 
 
 def test_the_overview_problems_are_the_commands_lines():
-    thresholds = ops.Thresholds(max_lag=3, require_subscribers=True)
-    overview = ops.overview(cap=ops.dead_letter_cap(thresholds))
-    found = ops.overview_problems(overview, thresholds)
-    assert [p.line for p in found] == [p.line for p in ops.check_health(thresholds).problems]
+    from django_sqlqueue.ops.health import Thresholds, check_health, dead_letter_cap, overview_problems
+
+    thresholds = Thresholds(max_lag=3, require_subscribers=True)
+    overview = ops.overview(cap=dead_letter_cap(thresholds))
+    found = overview_problems(overview, thresholds)
+    assert [p.line for p in found] == [p.line for p in check_health(thresholds).problems]
     assert [p.text for p in found] == [
         "group billing on orders is 4 message(s) behind (HEALTH MAX_LAG 3)",
         "group retired on orders is 20 message(s) behind (HEALTH MAX_LAG 3)",

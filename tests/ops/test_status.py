@@ -79,8 +79,8 @@ def test_queue_status_partitions():
         watermark=3,
         unsequenced=0,
         lag=7,
-        in_flight=1,  # 4
-        retrying=2,  # 5 (expired) and 6 (nacked)
+        in_flight=2,  # 4, and 5 (expired: in flight until a poll redelivers it)
+        retrying=1,  # 6 (nacked)
         scheduled=1,  # 7
         lease_holder="w1",
         lease_live=True,
@@ -104,8 +104,8 @@ def test_queue_status_group_summaries():
         topics=(T,),
         partitions=2,
         lag=9,
-        in_flight=1,
-        retrying=2,
+        in_flight=2,
+        retrying=1,
         dead_letters=1,  # 9; not gx1's two
         live_subscribers=1,  # w1: w2 is stale, w3 deregistered
         unsequenced=2,
@@ -129,3 +129,53 @@ def test_queue_status_of_an_empty_queue():
     status = queue_status()
     # (status.consumers lists the consumers the test apps declare: code, not queue state.)
     assert (status.partitions, status.groups) == ([], [])
+
+
+def test_an_expired_delivery_is_in_flight_for_queue_status_the_console_and_the_metrics():
+    """One definition of in flight and retrying (``DeliveryCounts.in_flight_total`` and
+    ``retrying_total``): a delivery whose visibility timeout ended -- recorded by
+    ``mark_delivered`` with a short timeout, its worker gone -- is still in flight, and only a
+    nack makes a delivery retrying, in ``queue_status``, the console's overview and group
+    pages, and the metrics alike."""
+    from prometheus_client.core import Metric
+
+    from django_sqlqueue import ops
+    from django_sqlqueue.metrics.gauges import QueueCollector, read_snapshot
+
+    from ..support.engine_helpers import wait_until
+
+    publish_to(T, A, 3)
+    s = store()
+    s.ensure_offsets("g1", T, [A])
+    leased("g1", T, A, "w1")
+    expiring, running, nacked = fetch_fresh("g1", T, A, limit=3)
+    assert s.mark_delivered("g1", T, "w1", [expiring], [], [], 0.2) == {A}
+    assert s.mark_delivered("g1", T, "w1", [running, nacked], [], [], 3600) == {A}
+    s.nack("g1", T, "w1", [(A, nacked.offset, 3600)])
+    counts = wait_until(
+        lambda: (c := s.delivery_counts("g1", T)[("g1", T, A)]).expired == 1 and c,
+        what="the short visibility timeout to end (database clock)",
+    )
+    assert (counts.in_flight, counts.expired, counts.retry) == (1, 1, 1)
+    expected = {"in_flight": 2, "retrying": 1}
+
+    status = queue_status(group="g1")
+    (partition,) = [p for p in status.partitions if p.partition == A]
+    (summary,) = status.groups
+    (overview_row,) = [g for g in ops.overview().groups if g.group == "g1"]
+    (group_row,) = [p for p in ops.group_offsets("g1", T) if p.partition == A]
+    families: dict[str, Metric] = {f.name: f for f in QueueCollector(read_snapshot()).collect()}
+
+    def gauge(name: str) -> float:
+        (sample,) = [x for x in families[name].samples if x.labels == {"group": "g1", "topic": T}]
+        return sample.value
+
+    metrics = {"in_flight": gauge("sqlqueue_in_flight_messages"), "retrying": gauge("sqlqueue_retrying_messages")}
+    for surface, row in [
+        ("queue_status partition", partition),
+        ("queue_status group", summary),
+        ("console overview", overview_row),
+        ("console group page", group_row),
+    ]:
+        assert {"in_flight": row.in_flight, "retrying": row.retrying} == expected, surface
+    assert metrics == expected

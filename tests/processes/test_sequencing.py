@@ -81,9 +81,23 @@ def test_kill_9_in_the_middle_of_sequencing_loses_and_duplicates_nothing(runcons
 
 
 def test_open_transactions_of_random_length_and_two_groups_nothing_skipped_keys_in_order(runconsumer, spawn):
-    """4 producers with transactions held open at random + 2 groups x 2 workers."""
+    """4 producers with transactions held open at random + 2 groups x 2 workers.
+
+    Every message is delivered exactly once here, so the workers' leases must not expire
+    during the run: they last 20 s (process_settings_steady_leases). With 3 s leases a loaded
+    machine once stalled a SQLite worker's renewals behind the producers' write lock for
+    longer than the lease; its partitions moved and their in-flight batches were delivered
+    again (at-least-once, as designed), which this count reads as duplicates.
+    """
     procs = [
-        runconsumer(f"{group}-{i}", "--group", group, "--topic", "seq.events")
+        runconsumer(
+            f"{group}-{i}",
+            "--group",
+            group,
+            "--topic",
+            "seq.events",
+            settings="tests.support.process_settings_steady_leases",
+        )
         for group in ("s1", "s2")
         for i in range(2)
     ]

@@ -61,7 +61,11 @@ def test_a_hung_handler_does_not_stall_the_queue_and_ends_in_the_dlq(runconsumer
         2,
     ]
     logs = "".join(w.log() for w in workers)
-    warnings = [line for line in logs.splitlines() if "WARNING django_sqlqueue.worker handler timed out" in line]
+    warnings = [
+        line
+        for line in logs.splitlines()
+        if "WARNING django_sqlqueue.worker.threads.watchdog handler timed out" in line
+    ]
     assert len(warnings) == 2, logs
     assert all(
         f"id={hung.id}" in line and "handler=tests.support.consumerapp.consumers.hang_or_record" in line

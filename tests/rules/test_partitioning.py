@@ -28,7 +28,10 @@ def test_partition_is_hash_modulo_partitions():
 
 def test_same_key_same_partition_in_another_interpreter():
     """Python's hash() is salted per process; the partition must not be."""
-    code = "from django_sqlqueue.rules.partitioning import partition_for; print([partition_for(f'k{i}', 16) for i in range(50)])"
+    code = (
+        "from django_sqlqueue.rules.partitioning import partition_for; "
+        "print([partition_for(f'k{i}', 16) for i in range(50)])"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123"}
     ).stdout

@@ -145,3 +145,21 @@ def test_errors_share_one_base_class():
     with pytest.raises(SQLQueueError):
         publish("", 1)
     assert issubclass(InvalidMessage, ValueError)
+
+
+def test_json_is_refused_where_some_database_could_not_store_it():
+    """encode_json: the same rule on every database -- no NUL, no lone surrogate, at most 31 levels deep."""
+    from django_sqlqueue.rules.limits import MAX_JSON_DEPTH
+    from django_sqlqueue.rules.validation import encode_json
+
+    assert encode_json({"a": [1, "é"], "t": "\\u0000"}, "payload") == '{"a":[1,"é"],"t":"\\\\u0000"}'  # text, not NUL
+    with pytest.raises(InvalidMessage, match="payload contains the character NUL"):
+        encode_json({"t": "a\x00b"}, "payload")
+    with pytest.raises(InvalidMessage, match="metadata contains a lone surrogate"):
+        encode_json({"t": "\ud800"}, "metadata")
+    deep: object = 0
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep]
+    assert encode_json(deep, "payload").count("[") == MAX_JSON_DEPTH
+    with pytest.raises(InvalidMessage, match=f"nested more than {MAX_JSON_DEPTH}"):
+        encode_json({"deep": deep}, "payload")

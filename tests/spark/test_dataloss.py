@@ -161,3 +161,20 @@ def test_a_group_with_live_workers_is_refused(spark, queue_options, tmp_path):
     with pytest.raises(Exception, match=r"group='workers': the group has live workers on topic 'shared' \(host:123\)"):
         run_to_parquet(stream(spark, queue_options, "shared", group="workers"), tmp_path / "out", tmp_path / "cp")
     connections.close_all()
+
+
+def test_every_gap_in_a_splits_offsets_is_reported_and_holes_left_on_purpose_are_not_loss(caplog):
+    """dataloss.checked over rows (offset in column 2): a gap before, between and after them."""
+    from django_sqlqueue.spark.dataloss import DataLoss, checked
+
+    rows = [("t", 0, offset) for offset in (3, 4, 7)]
+    with pytest.raises(DataLoss, match=r"topic 't' partition 0: offsets 1\.\.2 \(2 message\(s\)\)"):
+        list(checked(iter(rows), "t", 0, 1, 9, fail=True, on_purpose=False))
+    with caplog.at_level("INFO", logger="django_sqlqueue.spark.dataloss"):
+        assert list(checked(iter(rows), "t", 0, 1, 9, fail=False, on_purpose=False)) == rows
+        logged = [(r.levelname, r.getMessage().split("offsets=")[1].split()[0]) for r in caplog.records]
+        assert logged == [("WARNING", "1..2"), ("WARNING", "5..6"), ("WARNING", "8..9")]
+        caplog.clear()
+        assert list(checked(iter(rows), "t_dlq", 0, 3, 7, fail=True, on_purpose=True)) == rows
+        assert [r.levelname for r in caplog.records] == ["INFO"]  # replayed or purged dead letters
+    assert list(checked(iter(rows[:2]), "t", 0, 3, 4, fail=True, on_purpose=False)) == rows[:2]  # no gap

@@ -12,8 +12,8 @@ from django.db import connection
 from django.utils import timezone
 
 from django_sqlqueue.db.sequencer import sequence
-from django_sqlqueue.models import ConsumerOffset, Message
 from django_sqlqueue.db.store.messages import write_dead_letter
+from django_sqlqueue.models import ConsumerOffset, Message
 
 from .helpers import publish_sequenced, stored
 
@@ -202,3 +202,18 @@ def test_report_counts_a_topic_whose_log_was_consumed_and_garbage_collected(spar
     if started.strftime("%Y-%m-%d %H:00") == hour:  # not published across an hour's end
         assert f"<td>archived</td><td>{hour}</td><td>40</td>" in section
     assert "<td>live</td><td>10</td><td>10</td>" in section
+
+
+def test_replay_to_group_refuses_a_bad_name_and_a_group_that_already_consumes():
+    """pipelines.replay_to_group runs no Spark: the new group's watermarks, or a refusal."""
+    from django_sqlqueue.exceptions import InvalidMessage
+    from django_sqlqueue.spark.options import SparkOptionError
+    from django_sqlqueue.spark.pipelines import replay_to_group
+
+    publish_sequenced("pipe.g", 4, keys=1)
+    with pytest.raises(InvalidMessage, match="consumer group"):
+        replay_to_group("pipe.g", "bad name", timezone.now())
+    marks = replay_to_group("pipe.g", "fresh", timezone.now() - dt.timedelta(hours=1))
+    assert list(marks.values()) == [0]  # one partition, every message after the time
+    with pytest.raises(SparkOptionError, match="already consumes"):
+        replay_to_group("pipe.g", "fresh", timezone.now())

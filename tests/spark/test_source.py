@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.db.sequencer import sequence
+from django_sqlqueue.db.store.messages import write_dead_letter
 from django_sqlqueue.exceptions import InvalidMessage
 from django_sqlqueue.models import Message
-from django_sqlqueue.db.store.messages import write_dead_letter
 from django_sqlqueue.rules.partitioning import partition_for
 
 from .helpers import publish_sequenced, reader, stored
@@ -278,3 +278,22 @@ def test_killed_and_retried_task_publishes_each_message_once(spark, queue_option
     ids = list(Message.objects.filter(topic="retried").values_list("id", flat=True))
     assert len(ids) == total
     assert sorted(int(i) for i in ids) == list(range(total))
+
+
+def test_the_data_source_types_the_payload_and_refuses_to_overwrite_the_log() -> None:
+    """source.py: the schema a read announces, and no write mode but append."""
+    from django_sqlqueue.spark.options import SparkOptionError
+    from django_sqlqueue.spark.schema import message_schema
+    from django_sqlqueue.spark.source import SQLQueueDataSource
+
+    assert SQLQueueDataSource.name() == "sqlqueue"
+    assert SQLQueueDataSource({}).schema() == message_schema()
+    typed = SQLQueueDataSource({"payloadschema": "struct<n:int>"}).schema()
+    assert typed == message_schema("struct<n:int>", "_corrupt_record")  # PERMISSIVE by default: a column for misfits
+    assert SQLQueueDataSource({"payloadschema": "struct<n:int>", "mode": "FAILFAST"}).schema() == message_schema(
+        "struct<n:int>"
+    )
+    with pytest.raises(SparkOptionError, match="append-only"):
+        SQLQueueDataSource({}).writer(None, overwrite=True)
+    with pytest.raises(SparkOptionError, match="append-only"):
+        SQLQueueDataSource({}).streamWriter(None, overwrite=True)

@@ -133,3 +133,14 @@ def test_stream_write_is_exactly_once_when_a_micro_batch_is_replayed(spark, queu
     assert [p["batchId"] for p in progress if p["numInputRows"]] == [int(last.name)]  # replayed
     assert stored("copy") == copied
     connections.close_all()
+
+
+def test_a_read_limit_is_shared_round_robin_between_the_partitions_with_new_messages() -> None:
+    """stream.admit: maxRowsPerTrigger spread so that one busy partition cannot starve the others."""
+    from django_sqlqueue.spark.stream import admit
+
+    latest = {0: 100, 1: 3, 2: 10, 3: 0}
+    assert admit({}, latest, 9) == {0: 3, 1: 3, 2: 3, 3: 0}
+    assert admit({0: 90, 1: 3}, latest, 100) == latest  # everything there is, no more
+    assert admit({0: 90, 1: 3, 2: 9}, latest, 4) == {0: 93, 1: 3, 2: 10, 3: 0}
+    assert sum(admit({}, latest, 50).values()) == 50

@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from django_sqlqueue import publish_many
 from django_sqlqueue.db.sequencer import sequence
+from django_sqlqueue.db.store.messages import write_dead_letter
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, SubscriberHeartbeat
 from django_sqlqueue.ops import groups
-from django_sqlqueue.db.store.messages import write_dead_letter
 
 #: Keys k1, k2 hash to partition 1 of 2, k4, k5 to partition 0.
 KEYS = ["k1", "k4", "k2", "k5"]
@@ -100,3 +100,8 @@ def build(now: dt.datetime | None = None) -> Scene:
     )
     dead = [dead_letter("billing", f"o{i}") for i in range(3)] + [dead_letter("shipping", "o7", error="KeyError")]
     return Scene(per_partition, dead)
+
+
+def wm(group: str, part: int) -> int:
+    """The acked watermark of ``group`` on ``orders[part]``."""
+    return ConsumerOffset.objects.get(consumer_group=group, topic="orders", partition=part).offset_acked

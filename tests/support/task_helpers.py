@@ -1,4 +1,4 @@
-"""Small helpers of the django.tasks backend tests: settings, an in-process worker, waiting."""
+"""Small helpers of the django.tasks backend tests: settings, an in-process worker, waiting, deliveries."""
 
 from __future__ import annotations
 
@@ -71,3 +71,52 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
         time.sleep(interval)
+
+
+def finished(result: Any, timeout: float = 20) -> Any:
+    """Wait for task ``result`` to finish; its fresh TaskResult."""
+    from tests.support.taskapp import tasks
+
+    def done() -> Any:
+        fresh = tasks.add.get_backend().get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    return wait_until(done, timeout, f"task {result.id} to finish")
+
+
+def first_delivery(result: Any) -> Any:
+    """The first delivery of an enqueued task, as a worker hands it to the task handler."""
+    from django_sqlqueue.consumers import ReceivedMessage
+    from django_sqlqueue.models import Message
+
+    message = Message.objects.get(id=result.id)
+    return ReceivedMessage(
+        topic=message.topic,
+        key=message.key,
+        partition=message.partition,
+        offset=message.offset,
+        id=message.id,
+        payload=message.payload,
+        metadata=message.metadata,
+        attempt=1,
+        created_at=message.created_at,
+        deliver_at=message.deliver_at,
+        group="tasks",
+    )
+
+
+def result_statements(delivery: Any) -> list[str]:
+    """Run the task handler on ``delivery`` here; the statements it sent to the results table."""
+    from django.db import connection
+
+    from django_sqlqueue.tasks.execution import TaskHandler
+
+    statements: list[str] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        TaskHandler("default", 3)(delivery)
+    return [s for s in statements if "queue_task_results" in s]

@@ -119,3 +119,19 @@ def test_task_timeout_refuses_bad_seconds() -> None:
     for bad in (0, -2, "1", True, float("inf")):
         with pytest.raises(ConfigurationError, match="task_timeout\\(\\) takes a positive number"):
             task_timeout(bad)
+
+
+def test_a_tasks_own_timeout_is_read_from_the_function_it_runs() -> None:
+    """Under ``@task`` or over it, ``task_timeout`` marks the function; ``None`` is no limit."""
+    import math
+
+    from django_sqlqueue.tasks.timeouts import ATTRIBUTE, task_timeout, timeout_of
+
+    assert timeout_of(tasks.hangs) == 0.4
+    assert timeout_of(tasks.slow_but_unlimited) == math.inf
+    assert timeout_of(tasks.add) is None  # none of its own: its queue's applies
+    assert task_timeout(2)(tasks.add) is tasks.add  # on top of @task: the same task, its function marked
+    try:
+        assert timeout_of(tasks.add) == 2.0
+    finally:
+        delattr(tasks.add.func, ATTRIBUTE)

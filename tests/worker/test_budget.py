@@ -147,7 +147,7 @@ def test_a_worker_checks_the_room_once_at_start(caplog):
     caplog.set_level(logging.DEBUG, logger="django_sqlqueue.worker")
 
     def checked() -> list[str]:
-        lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.worker"]
+        lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.worker.startup"]
         return [line for line in lines if "connection limit" in line or "room for" in line]
 
     with running([spec("budget.start", "g", noop)], name="budget-start"):

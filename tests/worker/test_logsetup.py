@@ -104,16 +104,18 @@ def test_root_only_logging_receives_the_worker_records_and_failures_with_traceba
     assert process.terminate() == 0
 
     text = logfile.read_text()
-    assert "ROOT INFO django_sqlqueue.worker worker starting subscriber=rootlog" in text
+    assert "ROOT INFO django_sqlqueue.worker.loop worker starting subscriber=rootlog" in text
     assert "ROOT INFO django_sqlqueue.worker.threads.leasing acquired leases group=g1" in text
     failures = [line for line in text.splitlines() if "handler failed" in line]
     assert len(failures) == 3, text  # max_attempts=3
-    assert all(line.startswith("ROOT WARNING django_sqlqueue.worker handler failed") for line in failures)
+    assert all(
+        line.startswith("ROOT WARNING django_sqlqueue.worker.batch.outcomes handler failed") for line in failures
+    )
     assert "id=doomed attempt=1/3" in failures[0] and "giving up (dead letter)" in failures[2]
     assert text.count("Traceback (most recent call last)") == 3
     assert "ScriptedFailure: scripted failure of doomed in g1" in text
-    assert "ROOT WARNING django_sqlqueue.worker dead-lettered" in text
-    assert "ROOT INFO django_sqlqueue.worker worker stopped subscriber=rootlog" in text
+    assert "ROOT WARNING django_sqlqueue.worker.batch.outcomes dead-lettered" in text
+    assert "ROOT INFO django_sqlqueue.worker.loop worker stopped subscriber=rootlog" in text
     assert "DEBUG" not in text  # the project's level (INFO) holds without -v
     # Nothing was added on stderr: the project's handler is the only one.
     assert "django_sqlqueue" not in process.log()
@@ -139,12 +141,14 @@ def test_v2_shows_debug_lines_for_polls_batches_and_leases(runconsumer, tmp_path
     assert process.terminate() == 0
 
     err = process.log()  # -v 2 added a stderr handler (the root only has a file)
-    assert "DEBUG django_sqlqueue.worker poll group=g1 topic=proc.events" in err
+    assert "DEBUG django_sqlqueue.worker.poller poll group=g1 topic=proc.events" in err
     p1 = partition_for("p1", PARTITIONS)
-    assert f"DEBUG django_sqlqueue.worker batch group=g1 topic=proc.events partition={p1} size=3 offsets=1-3" in err
+    assert (
+        f"DEBUG django_sqlqueue.worker.poller batch group=g1 topic=proc.events partition={p1} size=3 offsets=1-3" in err
+    )
     assert (
         "DEBUG django_sqlqueue.worker.threads.leasing renewed leases group=g1 topic=proc.events subscriber=debug" in err
     )
     assert "INFO django_sqlqueue.worker.threads.leasing acquired leases group=g1" in err
     # The records still reach the project's root handler.
-    assert "ROOT DEBUG django_sqlqueue.worker batch group=g1" in Path(logfile).read_text()
+    assert "ROOT DEBUG django_sqlqueue.worker.poller batch group=g1" in Path(logfile).read_text()

@@ -491,6 +491,30 @@ def test_worker_requires_a_consumer():
         Worker([], name="nobody")
 
 
+def test_the_first_thread_reported_dead_is_the_one_the_worker_exits_with():
+    """Side threads, handler threads and the watchdog may report at once; the first report
+    is kept (set once, under a lock) and every report stops the worker."""
+    from django_sqlqueue.worker.loop import Worker
+    from django_sqlqueue.worker.threads.executor import DeadThread
+
+    worker = Worker([spec("w.crash", "g", lambda m: None)], name="crash", conf=fast_conf(NOTIFY=False))
+    first = DeadThread("handler first", RuntimeError("first"))
+    worker._service_died(first)
+    assert worker.crashed is first and worker.stop_event.is_set()
+    gate = threading.Barrier(8)
+
+    def report(i: int) -> None:
+        gate.wait()
+        worker._service_died(DeadThread(f"handler {i}", RuntimeError(str(i))))
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert worker.crashed is first
+
+
 def test_idle_worker_touches_nothing_but_its_own_rows():
     publish("w.idle.other", "x", key=K)
     with running([spec("w.idle", "g", lambda m: None)], name="idle"):

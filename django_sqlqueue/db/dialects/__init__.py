@@ -2,7 +2,12 @@
 
 Everything the engine cannot express portably through the ORM lives in a
 :class:`~django_sqlqueue.db.dialects.base.Dialect` subclass, with a comment on the locks
-each statement takes.
+each statement takes; so does every other vendor difference the package acts on
+(notifications, concurrent writers, JSON text): code outside this folder asks the dialect
+instead of testing ``connection.vendor``. ``Dialect`` combines one mixin per concern
+(``fragments``, ``conversions``, ``inserts``, ``sequencing``, ``sessions``; see
+``base.py``). Modules here import only Django's database layer, the standard library and
+``django_sqlqueue.exceptions``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from .base import Dialect, InsertPlan, MessageRow, in_list
+from .base import Dialect
+from .inserts import InsertPlan, MessageRow, in_list
 
 #: Duplicate entry for a unique key.
 ER_DUP_ENTRY = 1062

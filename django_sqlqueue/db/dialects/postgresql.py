@@ -17,6 +17,8 @@ class PostgreSQLDialect(Dialect):
     datetime_placeholder = "%s::timestamptz"
     bool_placeholder = "%s::boolean"
     supports_notify = True
+    # jsonb is stored parsed and printed in its own form ({"n": 5}, its own key order).
+    json_text_is_compact = False
 
     def execute_insert(
         self,
@@ -68,6 +70,14 @@ class PostgreSQLDialect(Dialect):
     def listen_sql(self, channel: str) -> str:
         """``LISTEN "<channel>"`` (a quoted identifier: the channel is a topic's name)."""
         return f"LISTEN {self.qn(channel)}"
+
+    def start_listening(self, raw: Any, application_name: str, channels: Sequence[str]) -> None:
+        """``application_name`` (``pg_stat_activity``; cut to 63 characters, PostgreSQL's identifier length), then
+        one ``LISTEN`` per channel, each its own autocommitted statement on ``raw`` (a psycopg
+        connection): LISTEN takes effect when its transaction commits, which is at once."""
+        raw.execute("SELECT set_config('application_name', %s, false)", [application_name[:63]])
+        for channel in channels:
+            raw.execute(self.listen_sql(channel))
 
     def unsequenced_rows(self, limit: int, *, read_ahead: bool = False) -> str:
         """For a read-ahead, all of the partition's unsequenced rows first, then the first ``limit``.

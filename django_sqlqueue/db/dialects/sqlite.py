@@ -17,10 +17,11 @@ _NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now')"
 class SQLiteDialect(Dialect):
     # Take the write lock at once, as transaction_mode IMMEDIATE does for atomic().
     begin_sql = "BEGIN IMMEDIATE"
-    greatest = "MAX"
     # No row locks: a write transaction holds the database write lock (BEGIN IMMEDIATE).
     for_share = ""
     for_update = ""
+    # The same write lock: a second connection's write waits for the first transaction.
+    concurrent_writers = False
 
     def hour_sql(self, column: str) -> str:
         # Django stores datetimes as 'YYYY-MM-DD HH:MM:SS[.ffffff]' text (UTC).

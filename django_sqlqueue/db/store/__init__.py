@@ -1,23 +1,31 @@
 """Every database operation of the consumer side, one module per responsibility.
 
-The worker (``worker.py``), the lease keeper (``leasing.py``), garbage collection, the
-operator services (``ops``) and ``queue_status`` call these methods; none of them
-writes SQL of its own against the queue tables. Vendor differences come from the
-dialect (``dialects/``). The sequencer, which numbers committed messages, lives in
-``sequencer.py``.
+The worker (``worker/``, its lease keeper and scheduler in ``worker/threads/``), garbage
+collection, the operator services (``ops``, ``queue_status`` among them) and the
+integrations call these methods; none of them writes SQL of its own against the queue
+tables. Vendor differences come from the dialect (``db/dialects/``). The sequencer, which
+numbers committed messages, lives in ``db/sequencer.py``.
 
 - ``heartbeats.py``: subscriber liveness, for fair share;
 - ``topics.py``: the topic registry and partition head rows;
 - ``leases.py``: renewing, acquiring and releasing partition leases;
 - ``delivery.py``: the poll's state query, the fetch, recording deliveries;
 - ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
+- ``atomic_acks.py``: the atomic consumers' ack, inside the handler's own transaction;
 - ``gc.py``: deleting what every group has processed;
 - ``messages.py``: appending messages (publish, dead letters, replayed copies);
 - ``deadletters.py``: locking and deleting dead letters for an operator's replay or purge;
 - ``positions.py``: operator writes to a group's positions (release, seek, pause, drop,
   purge), fenced by deleting the lease rows first;
-- ``reports.py``: grouped reads for operators (heads, watermarks, deliveries, leases,
-  subscribers, dead letters) and the one definition of lag.
+- ``reports.py``: grouped reads of groups and partitions for operators (heads,
+  watermarks, lag, subscribers, leases, pauses) and the one definition of lag, of in
+  flight and of retrying;
+- ``message_reports.py``: grouped reads about messages for operators (deliveries by
+  status, dead-letter counts, the log's topics and hourly counters);
+- ``log.py``: reads of the log for export and streaming (the Spark data source and
+  pipelines); its ``LogStore`` is not part of :class:`QueueStore`;
+- ``schedules.py``: the recurring schedules' bookkeeping (``queue_schedules``), for the
+  workers' scheduler thread.
 
 Locking, in short (READ COMMITTED on MySQL):
 
@@ -34,14 +42,17 @@ Locking, in short (READ COMMITTED on MySQL):
 from __future__ import annotations
 
 from .acks import ADVANCE_SCAN, AckStore
+from .atomic_acks import AtomicAckStore
 from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
 from .deadletters import DeadLetterStore
 from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
 from .leases import LeaseStore
+from .message_reports import MessageReportStore
 from .positions import PositionStore
 from .reports import DeliveryCounts, PartitionLag, ReportStore, lag
+from .schedules import ScheduleStore
 from .topics import TopicStore
 
 
@@ -51,10 +62,13 @@ class QueueStore(
     LeaseStore,
     DeliveryStore,
     AckStore,
+    AtomicAckStore,
     GCStore,
     PositionStore,
     ReportStore,
+    MessageReportStore,
     DeadLetterStore,
+    ScheduleStore,
 ):
     """The queue's SQL on one database alias (the union of the store modules)."""
 

@@ -4,21 +4,24 @@ Every write here is fenced by the subscriber's lease (``StoreBase.lock_held``): 
 that lost a partition -- its lease expired and was stolen, or an operator released it or
 moved the group's position -- cannot ack, nack or move the watermark of that partition
 any more. So an operator's rewind is never undone by a late ack from the former holder.
+
+The atomic consumers' ack, written inside the handler's own transaction, is in
+``atomic_acks.py``; both move the watermark with the one compare-and-set here,
+:func:`move_watermark`.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
 
-from ...exceptions import FenceLost, InvalidMessage
+from ...exceptions import InvalidMessage
 from ...rules.dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
 from ...rules.validation import MAX_ERROR_LENGTH, encode_json
-from .base import IN_FLIGHT, RETRY, StoreBase, in_list
+from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
 from .messages import write_dead_letter
 
@@ -110,7 +113,7 @@ class AckStore(StoreBase):
         A partition no longer held is not written, and returned only with
         ``report_skipped`` (its acks must then not be retried: the lease is gone).
         """
-        d, P = self.dialect, self.P
+        P = self.P
         failed: list[int] = []
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
@@ -119,12 +122,7 @@ class AckStore(StoreBase):
                     if report_skipped:
                         failed.append(partition)
                     continue
-                cursor.execute(
-                    f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
-                    f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND offset_acked = %s",
-                    [new, group, topic, partition, old],
-                )
-                if cursor.rowcount != 1:
+                if not move_watermark(self, cursor, group, topic, partition, old, new):
                     failed.append(partition)
                     continue
                 cursor.execute(
@@ -167,76 +165,6 @@ class AckStore(StoreBase):
             plain += [(partition, off) for partition in failed for off in acks[partition]]
         if plain:
             self.ack(group, topic, name, plain)
-
-    def ack_in_transaction(
-        self, group: str, topic: str, name: str, partition: int, deliveries: Sequence[tuple[int, int]]
-    ) -> int | None:
-        """Ack deliveries of one partition inside the caller's open transaction, fenced;
-        return the new watermark if it moved, else None. Raise :class:`FenceLost` if
-        ``name`` no longer holds the partition's lease or a delivery is no longer the one
-        it was given: the caller must roll its transaction back.
-
-        The atomic consumers' ack (``atomic.py``): ``deliveries`` are (offset,
-        retry_count) pairs, ``retry_count`` being the value ``mark_delivered`` gave this
-        delivery (the attempt number - 1). Called at the very end of the handler's
-        transaction, just before COMMIT, so the locks below are held for a few
-        statements and the commit, never while the handler runs:
-
-        1. the lease row, share-locked (``lock_held``): the lease keeper's renewal and a
-           thief's UPDATE of that row wait for our COMMIT (a few ms); a thief that got
-           there first has changed ``leased_by`` and we roll back. Expiry is not
-           checked: an expired lease that nobody took yet is still ours -- a thief's
-           UPDATE waits for our commit and then reads the ack (its poll runs after it).
-        2. the partition's watermark row, exclusively (a compare-and-set from
-           ``first offset - 1``: moved only when the acks are contiguous with it);
-        3. the deliveries' own rows, exclusively: deleted behind a moved watermark, else
-           flagged acked -- each only if still in flight with the same ``retry_count``
-           and unacked. That second fence catches what the lease alone cannot: the lease
-           lost and taken back by this same subscriber name while another worker
-           redelivered, nacked or acked the message.
-
-        Only this partition's rows: publishers (append-only INSERTs), the sequencer
-        (``queue_messages`` and ``queue_partitions``) and other partitions' workers touch
-        none of them. Lock order -- lease, watermark, deliveries -- is the order of
-        every fenced write here, so no deadlock with the poll's own writes or an
-        operator's (who deletes the lease row first).
-        """
-        d, P = self.dialect, self.P
-        if not deliveries:
-            return None
-        offsets = sorted(offset for offset, _ in deliveries)
-        retry_of = dict(deliveries)
-        run = 1
-        while run < len(offsets) and offsets[run] == offsets[0] + run:
-            run += 1
-        with self.connection.cursor() as cursor:
-            if not self.lock_held(cursor, group, topic, name, [partition]):
-                raise FenceLost(f"the lease of partition {partition} of {group}:{topic} is no longer held by {name}")
-            new = offsets[run - 1]
-            cursor.execute(
-                f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {d.now_sql} "
-                f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND offset_acked = %s",
-                [new, group, topic, partition, offsets[0] - 1],
-            )
-            moved = cursor.rowcount == 1
-            behind = set(offsets[:run]) if moved else set()
-            by_retry: dict[tuple[bool, int], list[int]] = defaultdict(list)
-            for offset in offsets:
-                by_retry[(offset in behind, retry_of[offset])].append(offset)
-            for (delete, retry_count), group_offsets in sorted(by_retry.items()):
-                verb = "DELETE FROM queue_delivery_state" if delete else "UPDATE queue_delivery_state SET acked = TRUE"
-                cursor.execute(
-                    f"{verb} WHERE consumer_group = %s AND topic = %s AND {P} = %s "
-                    f"AND message_offset IN ({in_list(group_offsets)}) AND acked = FALSE "
-                    f"AND status = {IN_FLIGHT} AND retry_count = %s",
-                    [group, topic, partition, *group_offsets, retry_count],
-                )
-                if cursor.rowcount != len(group_offsets):
-                    raise FenceLost(
-                        f"{len(group_offsets) - cursor.rowcount} delivery(ies) of partition {partition} of "
-                        f"{group}:{topic} were redelivered, nacked or acked elsewhere meanwhile"
-                    )
-        return new if moved else None
 
     def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
         """Move the watermark over contiguous acked rows and deleted offsets; return the new watermark.
@@ -353,6 +281,24 @@ class AckStore(StoreBase):
                 [group, topic, message.partition, message.offset],
             )
         return True
+
+
+def move_watermark(store: StoreBase, cursor: Any, group: str, topic: str, partition: int, old: int, new: int) -> bool:
+    """Move a partition's watermark from ``old`` to ``new``, a compare-and-set; return whether it moved.
+
+    One UPDATE of the group's watermark row on ``cursor``, which exclusively locks that
+    row until the caller's transaction ends. It writes only if the watermark is still
+    ``old``: a watermark moved meanwhile (by the poll's watermark walk, say) makes it a
+    no-op (False), and the caller flags its rows acked instead. Called after
+    ``lock_held`` in the same transaction, so the lock order is lease, watermark,
+    deliveries.
+    """
+    cursor.execute(
+        f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {store.dialect.now_sql} "
+        f"WHERE consumer_group = %s AND topic = %s AND {store.P} = %s AND offset_acked = %s",
+        [new, group, topic, partition, old],
+    )
+    return bool(cursor.rowcount == 1)
 
 
 def _storable(value: Any) -> Any:

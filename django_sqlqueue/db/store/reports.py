@@ -1,15 +1,28 @@
-"""Grouped reads of the queue's state, for operators: ``queue_status``, the console (``ops``), Spark's report.
+"""Grouped reads of consumer groups and partitions, for operators: ``queue_status``, the console, Spark.
 
 Plain reads, no locks: a report is a snapshot and may be a moment old. Each read is one
 grouped query over the small tables (groups x topics x partitions); reads of
-``queue_messages`` are index ranges (the head of a partition, its unsequenced messages,
-a group's dead-letter id prefix), never a scan of the log.
+``queue_messages`` are index ranges (the head of a partition, its unsequenced messages),
+never a scan of the log. :class:`ReportStore` reads positions and lag, subscribers,
+leases and pauses; the reads about messages -- deliveries by status, dead letters, the
+log's counters -- are ``message_reports.py``'s.
+
+The numbers every operator surface shows (``queue_status``, the console, the metrics,
+``queue_health``) are defined here, once:
 
 **Lag** has one definition, :func:`lag`: the messages of a partition that were published
 and committed but that the group has not acked yet -- the sequenced ones above its
 watermark (``head - watermark``) plus those committed but not numbered yet (the
 sequencer runs in the workers' polls, so a burst waits there a moment before it gets
 offsets). Every report reads it through :meth:`ReportStore.lags`.
+
+**In flight and retrying** have one definition each, by the delivery's status code
+(:class:`DeliveryCounts`): :attr:`~DeliveryCounts.in_flight_total` counts every unacked
+``IN_FLIGHT`` delivery, its visibility timeout running or ended -- an expired delivery
+was not nacked and its attempt is not over (its handler may still run, with
+``timeout=None``, or its worker died) until a poll redelivers it;
+:attr:`~DeliveryCounts.retrying_total` counts the ``RETRY`` ones, nacked (by the handler,
+or by the watchdog at a handler timeout) and waiting for their retry.
 
 Liveness has one definition too, the engine's: a lease or heartbeat is live while it
 was renewed within ``LEASE_DURATION`` (``renewed > now - LEASE_DURATION``, by the
@@ -23,9 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ...models import Message
-from ...rules.dlq import dead_letter_id_prefix
-from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase, in_list
+from .base import StoreBase, in_list
 
 
 def lag(head: int, watermark: int, unsequenced: int) -> int:
@@ -61,16 +72,30 @@ class Watermark(NamedTuple):
 
 @dataclass(frozen=True)
 class DeliveryCounts:
-    """Unacked delivery state of a partition by status (``queue_delivery_state.status``)."""
+    """Unacked delivery state of a partition by status (``queue_delivery_state.status``).
+
+    The fields split by status and visibility, as read; what the operator surfaces show
+    are :attr:`in_flight_total` and :attr:`retrying_total` (the module docstring says why).
+    """
 
     #: IN_FLIGHT with the visibility timeout still running.
     in_flight: int = 0
-    #: IN_FLIGHT whose visibility timeout ended: due for redelivery.
+    #: IN_FLIGHT whose visibility timeout ended: due for redelivery, not redelivered yet.
     expired: int = 0
     #: RETRY: nacked, waiting for the retry.
     retry: int = 0
     #: SCHEDULED: parked until their deliver_at.
     scheduled: int = 0
+
+    @property
+    def in_flight_total(self) -> int:
+        """Delivered and neither acked nor nacked: every IN_FLIGHT delivery, expired ones included."""
+        return self.in_flight + self.expired
+
+    @property
+    def retrying_total(self) -> int:
+        """Nacked (by the handler or at a handler timeout), waiting for the retry: the RETRY deliveries."""
+        return self.retry
 
     def __add__(self, other: DeliveryCounts) -> DeliveryCounts:
         return DeliveryCounts(
@@ -100,19 +125,6 @@ class LeaseRow(NamedTuple):
     stale: bool
 
 
-class DeliveryRow(NamedTuple):
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    status: int
-    retry_count: int
-    visible_at: dt.datetime | None
-    message_id: str | None
-    key: str | None
-    last_error: str | None
-
-
 class PausedRow(NamedTuple):
     group: str
     topic: str
@@ -121,7 +133,7 @@ class PausedRow(NamedTuple):
     reason: str
 
 
-def _where(group: str | None, topic: str | None, prefix: str = "") -> tuple[str, list[Any]]:
+def where_filters(group: str | None, topic: str | None, prefix: str = "") -> tuple[str, list[Any]]:
     """``WHERE consumer_group = %s AND topic = %s`` for the filters given (or nothing)."""
     conds, params = [], []
     for column, value in (("consumer_group", group), ("topic", topic)):
@@ -132,6 +144,8 @@ def _where(group: str | None, topic: str | None, prefix: str = "") -> tuple[str,
 
 
 class ReportStore(StoreBase):
+    """Reads of groups and partitions: heads, watermarks, lag, subscribers, leases, pauses."""
+
     # -- positions and lag -----------------------------------------------------------
 
     def heads(self, topics: Sequence[str] | None = None) -> dict[tuple[str, int], int]:
@@ -145,7 +159,7 @@ class ReportStore(StoreBase):
 
     def watermarks(self, group: str | None = None, topic: str | None = None) -> list[Watermark]:
         """Return the watermark rows (``queue_offsets``) of ``group`` and/or ``topic``, or all."""
-        where, params = _where(group, topic)
+        where, params = where_filters(group, topic)
         d = self.dialect
         return [
             Watermark(g, t, int(part), int(acked), d.to_datetime(updated))
@@ -215,7 +229,7 @@ class ReportStore(StoreBase):
 
     def consumer_pairs(self, group: str | None = None, topic: str | None = None) -> list[tuple[str, str]]:
         """Return every (group, topic) with a watermark row or a heartbeat, sorted (GC's "consumers")."""
-        where, params = _where(group, topic)
+        where, params = where_filters(group, topic)
         rows = self._fetchall(
             f"SELECT consumer_group, topic FROM queue_offsets{where} UNION "
             f"SELECT consumer_group, topic FROM queue_subscriber_heartbeats{where}",
@@ -267,60 +281,13 @@ class ReportStore(StoreBase):
                 out[t] = when
         return out
 
-    # -- deliveries ----------------------------------------------------------------------
-
-    def delivery_counts(
-        self, group: str | None = None, topic: str | None = None
-    ) -> dict[tuple[str, str, int], DeliveryCounts]:
-        """Return unacked delivery state per (group, topic, partition), by status."""
-        d = self.dialect
-        where, params = _where(group, topic)
-        where = (where + " AND" if where else " WHERE") + " acked = %s"
-        return {
-            (g, t, int(part)): DeliveryCounts(int(a or 0), int(b or 0), int(c or 0), int(e or 0))
-            for g, t, part, a, b, c, e in self._fetchall(
-                f"SELECT consumer_group, topic, {self.P}, "
-                f"SUM(CASE WHEN status = {IN_FLIGHT} AND invisible_until > {d.now_sql} THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN status = {IN_FLIGHT} AND invisible_until <= {d.now_sql} THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN status = {RETRY} THEN 1 ELSE 0 END), "
-                f"SUM(CASE WHEN status = {SCHEDULED} THEN 1 ELSE 0 END) "
-                f"FROM queue_delivery_state{where} GROUP BY consumer_group, topic, {self.P}",
-                [*params, False],
-            )
-        }
-
-    def deliveries(self, group: str | None, topic: str | None, status: int | None, limit: int) -> list[DeliveryRow]:
-        """Return unacked delivery state, soonest visible first, joined to the message's id and key.
-
-        ``limit`` bounds the read; the join uses the message's unique (topic, partition,
-        offset) index.
-        """
-        P, OFF, d = self.P, self.OFF, self.dialect
-        where, params = _where(group, topic, "s.")
-        where = (where + " AND" if where else " WHERE") + " s.acked = %s"
-        params.append(False)
-        if status is not None:
-            where += " AND s.status = %s"
-            params.append(status)
-        rows = self._fetchall(
-            f"SELECT s.consumer_group, s.topic, s.{P}, s.message_offset, s.status, s.retry_count, s.invisible_until, "
-            f"m.id, m.{d.qn('key')}, s.last_error FROM queue_delivery_state s LEFT JOIN queue_messages m "
-            f"ON m.topic = s.topic AND m.{P} = s.{P} AND m.{OFF} = s.message_offset{where} "
-            f"ORDER BY s.invisible_until LIMIT {int(limit)}",
-            params,
-        )
-        return [
-            DeliveryRow(g, t, int(part), int(off), int(st), int(rc), d.to_datetime(vis), mid, key, err)
-            for g, t, part, off, st, rc, vis, mid, key, err in rows
-        ]
-
     # -- subscribers, leases, pauses ----------------------------------------------------------
 
     def subscribers(self, group: str | None, topic: str | None, lease_duration: float) -> list[SubscriberRow]:
         """Return heartbeat rows, sorted, each flagged live (not deregistered, beat within the lease)."""
         d = self.dialect
         cutoff, cparams = d.now_minus(lease_duration)
-        where, params = _where(group, topic)
+        where, params = where_filters(group, topic)
         return [
             SubscriberRow(g, t, name, d.to_datetime(hb), d.to_datetime(gone), bool(live))
             for g, t, name, hb, gone, live in self._fetchall(
@@ -337,7 +304,7 @@ class ReportStore(StoreBase):
         """Return lease rows, sorted, each flagged stale (not renewed within the lease: free to take)."""
         d = self.dialect
         cutoff, cparams = d.now_minus(lease_duration)
-        where, params = _where(group, topic)
+        where, params = where_filters(group, topic)
         if stale_only:
             where = (where + " AND" if where else " WHERE") + f" lease_renewed_at <= {cutoff}"
             params += cparams
@@ -354,7 +321,7 @@ class ReportStore(StoreBase):
     def paused_topics(self, group: str | None = None, topic: str | None = None) -> list[PausedRow]:
         """Return the pause rows (``queue_paused_topics``), sorted."""
         d = self.dialect
-        where, params = _where(group, topic)
+        where, params = where_filters(group, topic)
         return [
             PausedRow(g, t, d.to_datetime(at), by, reason)
             for g, t, at, by, reason in self._fetchall(
@@ -363,74 +330,3 @@ class ReportStore(StoreBase):
                 params,
             )
         ]
-
-    # -- topics and dead letters --------------------------------------------------------------
-
-    def messages_per_hour(self, since: dt.datetime) -> dict[str, list[tuple[dt.datetime, int]]]:
-        """Messages numbered per topic per hour (of ``published_at``, UTC) from ``since`` on,
-        hours in order: the sequencer's counters (``queue_topic_hours``), which outlive the
-        log's garbage collection. Hours without messages are left out."""
-        d = self.dialect
-        hour = d.qn("hour")
-        rows = self._fetchall(
-            f"SELECT topic, {hour}, SUM({d.qn('messages')}) FROM queue_topic_hours WHERE {hour} >= %s "
-            f"GROUP BY topic, {hour} ORDER BY topic, {hour}",
-            [d.adapt_datetime(since)],
-        )
-        counts: dict[str, list[tuple[dt.datetime, int]]] = {}
-        for topic, start, n in rows:
-            counts.setdefault(topic, []).append((d.to_datetime(start), int(n)))
-        return counts
-
-    def log_topics(self) -> list[str]:
-        """Return every topic that has messages, sorted (a loose index scan, see ``Dialect.distinct_topics_sql``)."""
-        return [row[0] for row in self._fetchall(self.dialect.distinct_topics_sql)]
-
-    def dead_letter_count(self, dlq_topic: str, group: str | None = None, cap: int | None = None) -> int:
-        """Count the dead letters in ``dlq_topic`` (of ``group`` only), reading at most ``cap + 1``.
-
-        A group's dead-letter ids share a prefix (``dlq.dead_letter_id_prefix``): a range of
-        the (topic, id) unique index; the ORM escapes the prefix for LIKE.
-        """
-        qs = Message.objects.using(self.using).filter(topic=dlq_topic)
-        if group is not None:
-            qs = qs.filter(id__startswith=dead_letter_id_prefix(group))
-        return (qs[: cap + 1] if cap is not None else qs).count()
-
-    def dead_letter_counts(self, wanted: Sequence[tuple[str, str]], cap: int) -> dict[tuple[str, str], int]:
-        """Return ``{(dlq_topic, group): dead letters}`` for each pair of ``wanted``, each capped at ``cap + 1``.
-
-        The same capped index ranges as :meth:`dead_letter_count`, in **one** statement
-        (``UNION ALL`` of the counts), so a report over many groups costs one round trip.
-        """
-        wanted = sorted(set(wanted))
-        if not wanted:
-            return {}
-        parts, params = [], []
-        for i, (topic, group) in enumerate(wanted):
-            qs = Message.objects.using(self.using).filter(topic=topic, id__startswith=dead_letter_id_prefix(group))
-            sql, qparams = qs.values("seq")[: cap + 1].query.get_compiler(self.using).as_sql()
-            parts.append(f"SELECT {i} AS n, COUNT(*) AS c FROM ({sql}) capped{i}")
-            params.extend(qparams)
-        return {wanted[int(n)]: int(c) for n, c in self._fetchall(" UNION ALL ".join(parts), params)}
-
-    def unsequenced_capped(self, cap: int) -> dict[str, int]:
-        """Return per topic the messages waiting for an offset over the partitions with a head row, capped.
-
-        Each count is a range of the index that serves the sequencer's own read, at most
-        ``cap + 1`` rows, so it stays bounded whatever the backlog.
-        """
-        out: dict[str, int] = {}
-        for topic, part in self._fetchall(f"SELECT topic, {self.P} FROM queue_partitions"):
-            n = self.capped_count(
-                f"SELECT 1 FROM queue_messages WHERE topic = %s AND {self.P} = %s AND {self.OFF} IS NULL",
-                [topic, part],
-                cap,
-            )
-            out[topic] = min(cap + 1, out.get(topic, 0) + n)
-        return out
-
-    def capped_count(self, sql: str, params: Sequence[Any], cap: int) -> int:
-        """``COUNT(*)`` of a SELECT, reading at most ``cap + 1`` rows (so it stays bounded)."""
-        ((count,),) = self._fetchall(f"SELECT COUNT(*) FROM ({sql} LIMIT {int(cap) + 1}) capped", params)
-        return int(count)

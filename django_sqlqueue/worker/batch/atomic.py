@@ -42,7 +42,7 @@ of its own, as for any consumer. So is a failure of the ack or the COMMIT itself
 COMMIT whose outcome is unknown did commit, the nack finds the delivery acked and
 changes nothing.
 
-**Handler timeouts** (``watchdog.py``) apply: the batch's ``BatchProgress`` lock
+**Handler timeouts** (``threads/watchdog.py``) apply: the batch's ``BatchProgress`` lock
 decides between the watchdog and the handler. The handler's transaction writes its ack
 only after ``start_commit`` succeeded, and from then until the outcome is recorded the
 watchdog cannot abandon the batch; once the watchdog has abandoned it (nack written,
@@ -73,13 +73,21 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
+from ...db.conn import tidy_connections
+from ...exceptions import Reject
+
 if TYPE_CHECKING:
-    from ...db.store import QueueStore
+    from ...consumers import ReceivedMessage
+    from ...db.store import FetchedMessage, QueueStore
+    from ...exceptions import FenceLost
+    from ...tracing import ProcessSpan
     from ..subscription import Subscription
+    from .outcomes import Call, Outcomes
     from .progress import BatchProgress
 
 logger = logging.getLogger(__name__)
@@ -123,6 +131,78 @@ def run_in_transaction(
         with watch_other_aliases(sub, store.using):
             call()
         return commit()
+
+
+def one_message(
+    store: QueueStore,
+    sub: Subscription,
+    call: Call,
+    handler: Callable[[], object],
+    progress: BatchProgress | None,
+) -> Callable[[], int | None]:
+    """An atomic consumer's call on one message (``atomic=True``): its ``before_atomic`` hook,
+    then ``handler()`` and the fenced ack in one transaction. The callable returns the
+    watermark the ack moved (None: not moved)."""
+    m = call.message
+    ack = partial(ack_and_commit, store, sub, m.partition, [(m.offset, call.attempt - 1)], progress)
+    in_transaction = partial(run_in_transaction, store, sub, handler, ack)
+    hook = sub.spec.before_atomic
+    if hook is None:
+        return in_transaction
+    return partial(_after, partial(hook, call.received), in_transaction)
+
+
+def _after(first: Callable[[], object], then: Callable[[], int | None]) -> int | None:
+    """``first()``, then return ``then()``."""
+    first()
+    return then()
+
+
+def rolled_back(sub: Subscription, received: ReceivedMessage, error: BaseException) -> None:
+    """An atomic handler's transaction rolled back on ``error``: tell the consumer's
+    ``on_rollback`` hook (in autocommit: what it writes stays)."""
+    hook = sub.spec.on_rollback
+    if hook is None:
+        return
+    final = isinstance(error, Reject) or received.attempt >= sub.options.max_attempts
+    try:
+        tidy_connections()
+        hook(received, error, final)
+    except Exception:  # the attempt is failed all the same
+        logger.exception("on_rollback hook failed group=%s topic=%s id=%s", sub.group, sub.topic, received.id)
+
+
+def lost(
+    sub: Subscription,
+    m: FetchedMessage,
+    exc: FenceLost,
+    outcomes: Outcomes,
+    progress: BatchProgress | None,
+    span: ProcessSpan | None,
+) -> None:
+    """An atomic transaction was rolled back by its fence: the message is the partition's
+    new holder's now. Nothing is written; the rest of the partition's batch is not run."""
+
+    def apply() -> None:
+        outcomes.lost.add(m.partition)
+        outcomes.pending.clear()
+
+    if progress is None:
+        apply()
+    else:
+        progress.record(apply)  # ends the commit: not abandoned meanwhile (see progress.py)
+    if span is not None:
+        span.end(exc)
+    logger.warning(
+        "an atomic consumer's transaction was rolled back: %s; the handler's effects are undone and the "
+        "partition's holder redelivers group=%s topic=%s partition=%d offset=%d id=%s",
+        exc,
+        sub.group,
+        sub.topic,
+        m.partition,
+        m.offset,
+        m.id,
+    )
 
 
 # -- writes on other aliases ---------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 :class:`~django_sqlqueue.worker.batch.runner.BatchRunner` runs a batch of an ``@consumer(...,
 atomic="batch")`` consumer through :class:`AtomicBatches`, which it composes; everything
-else about a batch -- the outcomes, the writes, per-message atomic consumers
-(``atomic=True``) -- stays in ``batch.py``. The fence and the transaction helpers are in
-``atomic.py``, whose docstring explains the guarantee.
+else about a batch -- the handler calls of single messages, per-message atomic consumers
+(``atomic=True``) -- stays in ``runner.py``, and the outcomes and their writes are
+``outcomes.py``'s. The fence and the transaction helpers are in ``atomic.py``, whose
+docstring explains the guarantee.
 
 **The batch transaction.** The fetched messages of one partition (a run of equal
 partitions in the batch, in offset order) are handled inside one
@@ -25,7 +26,7 @@ this partition's lease row (shared), its watermark row and the delivery-state ro
 against the watchdog, and held until the COMMIT. Each message handled in the open
 transaction is kept in ``Outcomes.pending`` (under the progress lock) until the commit:
 if the watchdog abandons the batch meanwhile, it fails the attempt in hand and hands the
-pending messages back (``watchdog.py``), and the late handler's thread finds
+pending messages back (``threads/watchdog.py``), and the late handler's thread finds
 ``record`` or ``start_commit`` refused and rolls the whole batch back. A lost fence
 (:class:`~django_sqlqueue.exceptions.FenceLost`) rolls the batch back and leaves the
 partition to its new holder: nothing is written, the rest of the partition is not run.
@@ -38,34 +39,46 @@ rolled-back run and the run alone are the same attempt (same attempt number; cou
 as delivered once). A ``SystemExit`` or ``KeyboardInterrupt`` is not retried alone: it
 fails its own message's attempt and stops the worker, and the batch's other messages
 are handed back.
+
+**A failure outside the handlers** (the thread is being killed): as for any batch
+(``runner.py``), the messages whose handler had not begun -- in the transaction or
+alone -- are handed back, the others stay in flight. :meth:`AtomicBatches.run` keeps
+that position in a local; its steps return what they did (:class:`Together`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from django.db import transaction
 
-from ... import signals, tracing
 from ...db.conn import tidy_connections
 from ...exceptions import FenceLost
 from ...rules import dlq
 from . import atomic
+from .outcomes import Call, announce, log_late_return
 
 if TYPE_CHECKING:
     from ...consumers import ReceivedMessage
     from ...db.store import FetchedMessage
-    from ..subscription import Subscription
-    from .handlers import HandlerRunner
-    from .progress import BatchProgress
-    from .runner import BatchRunner, Outcomes
+    from .runner import Batch, BatchRunner
 
-# The worker's records keep the logger name they had before the batch left worker.py:
-# projects route and filter them by it.
-logger = logging.getLogger("django_sqlqueue.worker")
+logger = logging.getLogger(__name__)
+
+
+class Together(NamedTuple):
+    """What became of one partition's messages run in one transaction."""
+
+    #: How many were handled (the partition's count), or None: the watchdog took the batch over.
+    handled: int | None
+    #: The position after the last message whose handler began in the transaction (the
+    #: first message's if none did): not handed back if the fallback fails outside its handlers.
+    begun: int
+    #: The messages to run again one per transaction: the transaction rolled back on a failure.
+    alone: Sequence[int] = ()
 
 
 class AtomicBatches:
@@ -76,134 +89,122 @@ class AtomicBatches:
         self.runner = runner
         self.store = runner.store
         self.stats = runner.stats
-        self.stop_event = runner.stop_event
 
-    def run(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        started: list[int],
-    ) -> int | None:
-        """Run ``messages`` (offset order per partition), each partition's in one transaction
-        (see the module docstring); return how many were handled, None if the watchdog took
-        over. ``started[0]``: how many messages were begun, kept up to date for the runner,
-        which hands the rest back if this fails outside the handlers."""
-        handled = 0
-        while started[0] < len(messages):
-            first = started[0]
-            key = messages[first].partition
-            end = first
-            while end < len(messages) and messages[end].partition == key:
-                end += 1
-            if self.stop_event.is_set() or key not in sub.held or key in outcomes.lost:
-                outcomes.unprocessed.extend((key, m.offset) for m in messages[first:end])
-                started[0] = end
-                continue
-            count = self._batch(sub, messages, range(first, end), outcomes, invoke, progress, started)
-            if count is None:
-                return None
-            handled += count
-            started[0] = end
+    def run(self, batch: Batch) -> int | None:
+        """Run the batch's messages, each partition's in one transaction (see the module
+        docstring); return how many were handled, None if the watchdog took the batch over."""
+        messages = batch.messages
+        handled = started = 0  # messages begun (or skipped), in order
+        try:
+            while started < len(messages):
+                indexes = _partition_run(messages, started)
+                if not self.runner.runnable(batch, messages[started].partition):
+                    batch.outcomes.unprocessed.extend((m.partition, m.offset) for m in messages[started : indexes.stop])
+                    started = indexes.stop
+                    continue
+                together = self._together(batch, indexes)
+                if together.handled is None:
+                    return None
+                started = max(started, together.begun)
+                for index in together.alone:
+                    started = max(started, index + 1)
+                    if self.runner.alone(batch, index) is None:
+                        return None
+                handled += together.handled
+                started = indexes.stop
+        except BaseException as exc:
+            self.runner.fail_outside(batch, started, exc)
+            raise
         return handled
 
-    def _batch(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        indexes: range,
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        started: list[int],
-    ) -> int | None:
+    def _together(self, batch: Batch, indexes: range) -> Together:
         """One partition's messages ``messages[indexes]`` in one transaction and one commit.
 
         Messages no handler takes (undecodable rows, dead letters replayed for another
-        group) go the ordinary way first. If a handler raises, or the ack or the COMMIT
-        fails, the transaction rolls back and each message runs again alone in its own
-        transaction (:meth:`BatchRunner.handle`), so a poison message cannot hold its batch-mates
-        back. Return how many were handled; None if the watchdog took the batch over.
+        group) go the ordinary way first. If a handler (or ``before_atomic``) raises, or
+        the ack or the COMMIT fails, the transaction rolls back and the messages are
+        returned to run again alone, so a poison message cannot hold its batch-mates back.
         """
-        key = messages[indexes[0]].partition
-        todo: list[int] = []
-        for index in indexes:
-            m = messages[index]
-            if m.undecodable is not None or dlq.is_for_other_group(m.metadata, sub.group):
-                self.runner.handle(sub, m, outcomes, invoke, progress=progress, index=index)
-            else:
-                todo.append(index)
+        sub, progress = batch.sub, batch.progress
+        todo = self._to_handle(batch, indexes)
         if not todo:
-            return len(indexes)
-        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]] = []
+            return Together(len(indexes), indexes.start)
+        received = [self.runner.received(sub, batch.messages[i], progress) for i in todo]
+        if sub.spec.before_atomic is not None:
+            try:
+                for message in received:
+                    sub.spec.before_atomic(message)
+            except Exception as exc:  # noqa: BLE001 - as a handler's failure: each message alone
+                return Together(len(indexes), indexes.start, self._failed(batch, todo, [], exc))
+        calls: list[Call] = []
         failure: BaseException | None = None
         committing = False
         moved: int | None = None
-        prepare = sub.spec.before_atomic
-        received_of = {i: self.runner.received(sub, messages[i], progress) for i in todo}
-        if prepare is not None:
-            try:
-                for index in todo:
-                    prepare(received_of[index])
-            except Exception as exc:  # noqa: BLE001 - as a handler's failure: each message alone
-                return self._failed(sub, messages, todo, [], exc, outcomes, invoke, progress, indexes)
         try:
             with transaction.atomic(using=self.store.using), atomic.watch_other_aliases(sub, self.store.using):
-                for index in todo:
-                    started[0] = max(started[0], index + 1)
-                    m = messages[index]
-                    received = received_of[index]
-                    attempt = received.attempt
-                    span = tracing.start_process(received) if tracing.ENABLED else None
-                    if not self.runner.begin(sub, received, progress, index, span):
-                        if span is not None:
-                            span.end(None)
-                        raise atomic.Abandoned
-                    began = time.monotonic()
-                    try:
-                        if span is None:
-                            invoke(sub.spec.handler, received, progress)
-                        else:
-                            with span:
-                                invoke(sub.spec.handler, received, progress)
-                    except BaseException as exc:  # noqa: BLE001 - rolls the batch back, see below
-                        failure = exc
-                    calls.append((m, received, attempt, span, time.monotonic() - began))
-                    keep = partial(outcomes.pending.append, (m.partition, m.offset))
-                    if progress is None:
-                        keep()
-                    elif not progress.record(keep):
-                        raise atomic.Abandoned
+                for index, message in zip(todo, received, strict=True):
+                    call, failure = self._call(batch, index, message)
+                    calls.append(call)
+                    self._keep_pending(batch, call)
                     if failure is not None:
                         raise failure
-                if progress is not None:
-                    if not progress.start_commit():
-                        raise atomic.Abandoned
-                    committing = True
-                deliveries = [(m.offset, attempt - 1) for m, _, attempt, _, _ in calls]
+                if progress is not None and not progress.start_commit():
+                    raise atomic.Abandoned
+                committing = progress is not None
+                key = batch.messages[indexes.start].partition
+                deliveries = [(c.message.offset, c.attempt - 1) for c in calls]
                 moved = self.store.ack_in_transaction(sub.group, sub.topic, sub.name, key, deliveries)
         except atomic.Abandoned:
-            # The watchdog took over (it hands the pending messages back): rolled back.
-            for _, _, _, span, _ in calls:
-                if span is not None and (progress is None or span is not progress.span):
-                    span.end(atomic.Abandoned("the batch was given up by the watchdog"))
-            self.runner.log_late_return(sub, calls[-1][0] if calls else messages[todo[0]], rolled_back=True)
-            return None
+            self._abandoned(batch, todo, calls)
+            return Together(None, indexes.start)
         except FenceLost as exc:
-            self.runner.lost(sub, messages[todo[0]], exc, outcomes, progress if committing else None, None)
-            if not committing:
-                outcomes.pending.clear()
-            for _, _, _, span, _ in calls:
-                if span is not None:
-                    span.end(exc)
-            return len(indexes)
+            self._lost(batch, todo, calls, exc, committing)
+            return Together(len(indexes), indexes.stop)
         except BaseException as exc:  # noqa: BLE001 - a handler's error, or the ack's or COMMIT's
-            failure = failure or exc
             if committing and progress is not None:
                 progress.end_commit()
-            return self._failed(sub, messages, todo, calls, failure, outcomes, invoke, progress, indexes)
+            begun = todo[len(calls) - 1] + 1 if calls else indexes.start
+            return Together(len(indexes), begun, self._failed(batch, todo, calls, failure or exc))
+        self._committed(batch, calls, moved)
+        return Together(len(indexes), indexes.stop)
+
+    def _to_handle(self, batch: Batch, indexes: range) -> list[int]:
+        """The messages of ``indexes`` that go to the handler. The others (undecodable rows,
+        dead letters replayed for another group) go the ordinary way now (dead letter or ack)."""
+        todo: list[int] = []
+        for index in indexes:
+            m = batch.messages[index]
+            if m.undecodable is None and not dlq.is_for_other_group(m.metadata, batch.sub.group):
+                todo.append(index)
+            else:
+                self.runner.handle(batch.sub, m, batch.outcomes, batch.invoke, progress=batch.progress, index=index)
+        return todo
+
+    def _call(self, batch: Batch, index: int, received: ReceivedMessage) -> tuple[Call, BaseException | None]:
+        """Call the handler on ``messages[index]`` in the open transaction; return the call
+        and the handler's exception (None: it returned). Raise ``Abandoned`` if the
+        watchdog took the batch over before the call could begin."""
+        call = self.runner.begin(batch.sub, batch.messages[index], received, batch.progress, index)
+        if call is None:
+            raise atomic.Abandoned
+        try:
+            call.run(partial(batch.invoke, batch.sub.spec.handler, received, batch.progress))
+        except BaseException as exc:  # noqa: BLE001 - rolls the batch back (_together)
+            return call, exc
+        return call, None
+
+    def _keep_pending(self, batch: Batch, call: Call) -> None:
+        """Keep the call's message in ``Outcomes.pending`` until the commit (the watchdog
+        hands it back if it takes the batch over); raise ``Abandoned`` if it did already."""
+        keep = partial(batch.outcomes.pending.append, (call.message.partition, call.message.offset))
+        if batch.progress is None:
+            keep()
+        elif not batch.progress.record(keep):
+            raise atomic.Abandoned
+
+    def _committed(self, batch: Batch, calls: list[Call], moved: int | None) -> None:
+        """The transaction committed: count its acks (and the watermark it moved), announce each call."""
+        outcomes, key = batch.outcomes, calls[0].message.partition
 
         def done() -> None:
             outcomes.pending.clear()
@@ -211,44 +212,51 @@ class AtomicBatches:
             if moved is not None:
                 outcomes.moved[key] = moved
 
-        if progress is None:
+        if batch.progress is None:
             done()
         else:
-            progress.end_commit(done)
+            batch.progress.end_commit(done)
         self.stats.add(delivered=len(calls))
-        for _, received, _, span, duration in calls:
-            if span is not None:
-                span.end(None)
-            signals.send(signals.message_processed, sub.topic, message=received, duration=duration)
-        return len(indexes)
+        for call in calls:
+            announce(batch.sub, call, None)
 
-    def _failed(
-        self,
-        sub: Subscription,
-        messages: list[FetchedMessage],
-        todo: list[int],
-        calls: list[tuple[FetchedMessage, ReceivedMessage, int, Any, float]],
-        failure: BaseException,
-        outcomes: Outcomes,
-        invoke: HandlerRunner,
-        progress: BatchProgress | None,
-        indexes: range,
-    ) -> int | None:
-        """The batch's transaction rolled back because of ``failure``: run its messages again
-        one per transaction. A ``SystemExit`` or ``KeyboardInterrupt`` fails its message's
-        attempt and stops the worker instead (the others are handed back)."""
+    def _abandoned(self, batch: Batch, todo: list[int], calls: list[Call]) -> None:
+        """The watchdog took the batch over (it hands the pending messages back): the
+        transaction rolled back. End the spans it does not end itself."""
+        progress = batch.progress
+        for call in calls:
+            if call.span is not None and (progress is None or call.span is not progress.span):
+                call.span.end(atomic.Abandoned("the batch was given up by the watchdog"))
+        last = calls[-1].message if calls else batch.messages[todo[0]]
+        log_late_return(batch.sub, last, rolled_back=True)
+
+    def _lost(self, batch: Batch, todo: list[int], calls: list[Call], exc: FenceLost, committing: bool) -> None:
+        """The fence rolled the transaction back: the partition is its new holder's."""
+        progress = batch.progress if committing else None
+        atomic.lost(batch.sub, batch.messages[todo[0]], exc, batch.outcomes, progress, None)
+        if not committing:
+            batch.outcomes.pending.clear()
+        for call in calls:
+            if call.span is not None:
+                call.span.end(exc)
+
+    def _failed(self, batch: Batch, todo: list[int], calls: list[Call], failure: BaseException) -> list[int]:
+        """The batch's transaction rolled back because of ``failure``: return its messages,
+        to run again one per transaction. A ``SystemExit`` or ``KeyboardInterrupt`` fails its
+        message's attempt and stops the worker instead (the others are handed back)."""
+        sub, outcomes = batch.sub, batch.outcomes
         outcomes.pending.clear()  # rolled back; no handler in hand: the watchdog cannot take over now
-        for _, _, _, span, _ in calls:
-            if span is not None:
-                span.end(failure)
+        for call in calls:
+            if call.span is not None:
+                call.span.end(failure)
         tidy_connections()
         if isinstance(failure, (SystemExit, KeyboardInterrupt)) and calls:
-            m, _, attempt, _, _ = calls[-1]
-            self.runner.decide(sub, m, attempt, failure, outcomes)
-            self.runner.interrupt(sub, m, failure)
-            rest = [messages[i] for i in todo if messages[i] is not m]
-            outcomes.unprocessed.extend((other.partition, other.offset) for other in rest)
-            return len(indexes)
+            last = calls[-1].message
+            self.runner.writer.decide(sub, last, calls[-1].attempt, failure, outcomes)
+            self.runner.interrupt(sub, last, failure)
+            rest = [batch.messages[i] for i in todo if batch.messages[i] is not last]
+            outcomes.unprocessed.extend((m.partition, m.offset) for m in rest)
+            return []
         logger.info(
             "an atomic batch rolled back (%s); its %d message(s) run again one per transaction group=%s topic=%s "
             "partition=%d",
@@ -256,13 +264,14 @@ class AtomicBatches:
             len(todo),
             sub.group,
             sub.topic,
-            messages[todo[0]].partition,
+            batch.messages[todo[0]].partition,
         )
-        for index in todo:
-            m = messages[index]
-            if self.stop_event.is_set() or m.partition not in sub.held or m.partition in outcomes.lost:
-                outcomes.unprocessed.append((m.partition, m.offset))
-                continue
-            if not self.runner.handle(sub, m, outcomes, invoke, progress=progress, index=index):
-                return None
-        return len(indexes)
+        return todo
+
+
+def _partition_run(messages: Sequence[FetchedMessage], first: int) -> range:
+    """The indexes of the run of messages of ``messages[first]``'s partition starting at ``first``."""
+    end = first
+    while end < len(messages) and messages[end].partition == messages[first].partition:
+        end += 1
+    return range(first, end)

@@ -21,7 +21,7 @@ awaited handler is cancelled for real at its deadline: the handler's task gets
 exits run), and the attempt fails with :class:`~django_sqlqueue.exceptions.HandlerTimeout`.
 The deadline follows progress: ``aextend_visibility`` moves it. A handler that blocks
 the loop (a sync call inside ``async def``) cannot be cancelled: the watchdog abandons
-its thread like a sync handler's (``watchdog.py``).
+its thread like a sync handler's (``threads/watchdog.py``).
 """
 
 from __future__ import annotations

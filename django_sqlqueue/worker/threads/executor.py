@@ -1,8 +1,9 @@
 """Running batches on handler threads (``runconsumer --concurrency N``, and handler timeouts).
 
-The poll loop (``worker.py``) stays the only place that decides what to deliver: it
-polls, records the deliveries and hands each partition's batch to a
-:class:`PartitionExecutor`. The executor runs batches on ``N`` handler threads:
+The poll loop (``loop.py``, ``poller.py``) stays the only place that decides what to
+deliver: it polls, records the deliveries and hands each partition's batch to a
+:class:`PartitionExecutor`, through the worker's dispatch strategy (``dispatch.py``). The
+executor runs batches on ``N`` handler threads, started when the worker starts:
 
 - **Order within a partition.** A partition has at most one batch in the executor at a
   time (``busy``); the poll loop does not fetch a busy partition, so the next batch of a
@@ -10,11 +11,12 @@ polls, records the deliveries and hands each partition's batch to a
   different partitions run in parallel.
 - **Outcomes.** A handler thread runs its batch's messages one by one and then writes
   their outcomes (acks, nacks, dead letters) itself, on its own connection. Those writes
-  are fenced by the lease exactly as on the poll loop (``store/acks.py``).
+  are fenced by the lease exactly as on the poll loop (``db/store/acks.py``).
 - **Hand-over with the lease keeper.** The keeper removes a partition from
-  ``Subscription.held`` and then waits (``PartitionsInFlight.wait_idle``) until the batch
-  of that partition in the executor has finished before it releases the lease -- the
-  same promise the ``poll_lock`` gives for the single-threaded worker.
+  ``Subscription.held`` and then waits (``PartitionsInFlight.wait_idle``, in
+  ``subscription.py``) until the batch of that partition in the executor has finished
+  before it releases the lease -- the same promise the ``poll_lock`` gives for the
+  single-threaded worker.
 - **Connections.** Django connections are per thread: each handler thread opens its own
   on first use, tidies it after each batch (broken or expired ones are closed) and
   closes all of them when it exits.
@@ -25,7 +27,7 @@ polls, records the deliveries and hands each partition's batch to a
   sees the worker's stop event and hands its remaining messages back unprocessed.
 - **A batch that fails outside its handlers** (an asynchronous ``SystemExit`` raised into
   the thread while it writes outcomes, say) is logged; the batch hands back the messages
-  it had not run (``batch.py``) and the thread takes the next batch.
+  it had not run (``batch/runner.py``) and the thread takes the next batch.
 - **A handler that overruns its timeout** (``watchdog.py``): the watchdog takes its
   batch over and :meth:`PartitionExecutor.abandon` frees its partition and starts a new
   thread in the stuck one's place, so the worker keeps ``N`` threads serving; the stuck
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 from ...db.conn import close_all_quietly
 from ..batch.handlers import HandlerRunner
 from ..batch.progress import BatchProgress
+from ..subscription import PartitionsInFlight
 from .service import log_death
 
 logger = logging.getLogger(__name__)
@@ -82,37 +85,6 @@ class Job:
     closed: bool = False
 
 
-class PartitionsInFlight:
-    """The partitions of one subscription whose batch is in the executor (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._busy: set[int] = set()
-        self._cond = threading.Condition()
-
-    def add(self, partitions: tuple[int, ...]) -> None:
-        with self._cond:
-            self._busy.update(partitions)
-
-    def discard(self, partitions: tuple[int, ...]) -> None:
-        with self._cond:
-            self._busy.difference_update(partitions)
-            self._cond.notify_all()
-
-    def snapshot(self) -> frozenset[int]:
-        with self._cond:
-            return frozenset(self._busy)
-
-    def wait_idle(self, partitions: frozenset[int] | set[int] | list[int] | None, timeout: float) -> bool:
-        """Wait until none of ``partitions`` (None: any partition) has a batch in flight."""
-        wanted = None if partitions is None else set(partitions)
-
-        def idle() -> bool:
-            return not (self._busy if wanted is None else self._busy & wanted)
-
-        with self._cond:
-            return self._cond.wait_for(idle, timeout=timeout)
-
-
 class PartitionExecutor:
     """``concurrency`` handler threads that run per-partition batches; see the module docstring."""
 
@@ -123,10 +95,13 @@ class PartitionExecutor:
         name: str = "sqlqueue-handler",
         on_death: Callable[[DeadThread], None] | None = None,
         finished: threading.Event | None = None,
+        start: bool = True,
     ) -> None:
         """``on_death(dead)`` is called on a handler thread that dies (see the module docstring).
         ``finished``: the event to set when a batch finishes (the worker passes the one its
-        poll loop sleeps on; default: a new one)."""
+        poll loop sleeps on; default: a new one). ``start``: start the threads now (False:
+        at :meth:`start`; the worker builds its executor with its other parts and starts
+        the threads once its leases are taken)."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
@@ -147,8 +122,18 @@ class PartitionExecutor:
         #: Set whenever a batch finishes: the poll loop waits on it instead of sleeping blindly.
         self.finished = finished if finished is not None else threading.Event()
         self._threads: list[threading.Thread] = []
-        for _ in range(concurrency):
-            self._start_thread()
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the ``concurrency`` handler threads (once; later calls do nothing)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            for _ in range(self.concurrency):
+                self._start_thread()
 
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._thread_main, name=f"{self._name}-{self._serial}", daemon=True)

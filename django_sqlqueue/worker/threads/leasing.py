@@ -37,7 +37,13 @@ worker that starts next to one holding every partition gets its share within abo
 second, not a whole renew interval later.
 
 It is the one place that creates the group's watermark rows: for the partitions it
-acquires, and for held partitions the poll found without one (``sub.missing_offsets``).
+acquires, and for held partitions the poll found without one (``sub.missing_offsets``,
+taken with ``Subscription.take_missing``).
+
+It owns ``Subscription.held``: each round ends by settling it to the leases the database
+renewed and granted (``Subscription.settle``). The poll loop's watchdog may give a
+partition up meanwhile (a handler timeout); ``settle`` leaves such a partition out when the
+round read its lease before the give-up released it (``subscription.py``).
 
 It is a :class:`~django_sqlqueue.worker.threads.service.ServiceThread`: if it dies, the worker stops
 and exits non-zero rather than poll on with leases nobody renews.
@@ -125,9 +131,11 @@ class LeaseKeeper(ServiceThread):
         store, lease = self.store, self.conf.LEASE_DURATION
         for sub in self.subscriptions:
             try:
-                if sub.missing_offsets:
-                    missing, sub.missing_offsets = sorted(sub.missing_offsets), frozenset()
-                    self.db("create watermarks", partial(store.ensure_offsets, sub.group, sub.topic, missing))
+                # Taken and emptied in one step under the subscription's lock: a poll that
+                # reports meanwhile adds to the emptied set, for the next look.
+                missing = sub.take_missing()
+                if missing:
+                    self.db("create watermarks", partial(store.ensure_offsets, sub.group, sub.topic, sorted(missing)))
                 active = self.db("count subscribers", partial(store.active_subscribers, sub.group, sub.topic, lease))
                 hungry = sub.cap is not None and len(sub.held) < sub.cap
                 if active != sub.active or (
@@ -189,6 +197,9 @@ class LeaseKeeper(ServiceThread):
     def rebalance(self, sub: Subscription) -> None:
         store, lease = self.store, self.conf.LEASE_DURATION
         group, topic, name = sub.group, sub.topic, sub.name
+        # Before the round reads any lease: partitions the watchdog gives up from here on
+        # are left out of what the round settles ``held`` to.
+        sub.start_lease_round()
         self.db("heartbeat", lambda: store.heartbeat(group, topic, name))
         if sub.per_key:
             self.db("discover partitions", lambda: store.discover_partitions(topic))
@@ -243,7 +254,7 @@ class LeaseKeeper(ServiceThread):
                 logger.info("acquired leases group=%s topic=%s partitions=%s", group, topic, taken)
                 self.instruments.leases(group, topic, acquired=len(taken))
                 held = sorted({*held, *taken})
-        sub.held = frozenset(held)
+        sub.settle(held)
 
     @staticmethod
     def _preference(sub: Subscription, partition: int) -> tuple[bool, bytes]:
@@ -263,7 +274,7 @@ class LeaseKeeper(ServiceThread):
         that takes longer than a third of the lease is not waited for: at-least-once.
         """
         given_up = len(release) if release is not None else len(sub.held - keep)
-        sub.held = keep
+        sub.settle(keep)
         budget = self.conf.LEASE_DURATION / 3
         deadline = time.monotonic() + budget
         got = sub.poll_lock.acquire(timeout=budget)
@@ -287,7 +298,7 @@ class LeaseKeeper(ServiceThread):
                 if sub.held:
                     self.instruments.leases(sub.group, sub.topic, released=len(sub.held))
                 self.db("deregister", partial(self.store.deregister, sub.group, sub.topic, sub.name))
-                sub.held = frozenset()
+                sub.settle(())
                 logger.info("released all leases group=%s topic=%s subscriber=%s", sub.group, sub.topic, sub.name)
             except Exception as exc:
                 if is_unreachable(exc):

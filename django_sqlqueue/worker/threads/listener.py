@@ -179,17 +179,14 @@ class Listener(ServiceThread):
         """A psycopg connection of its own, with the alias's connection parameters: not the
         thread's Django connection and never from Django's pool (a pooled connection would
         go back to the pool still listening). Autocommit, named for operators
-        (``pg_stat_activity.application_name``)."""
+        (``pg_stat_activity.application_name``) and listening, by the dialect."""
         import psycopg
 
         django_connection = connections[self.using]
         raw = psycopg.connect(**django_connection.get_connection_params())
         try:
             raw.autocommit = True
-            raw.execute("SELECT set_config('application_name', %s, false)", [f"sqlqueue-listener {self.name}"[:63]])
-            dialect = get_dialect(django_connection)
-            for channel in self.channels:
-                raw.execute(dialect.listen_sql(channel))
+            get_dialect(django_connection).start_listening(raw, f"sqlqueue-listener {self.name}", self.channels)
         except BaseException:
             raw.close()
             raise

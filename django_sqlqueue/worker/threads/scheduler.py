@@ -12,7 +12,9 @@ holding the last tick fired. A worker fires ticks only inside one transaction th
 Another worker wanting the same tick waits on the row lock and then finds ``last_tick``
 already past it. A worker dying mid-transaction rolls back both the publish and the
 move. As a second guard the tick's message id is deterministic,
-``schedule:<name>:<tick>``, and publishing is idempotent on (topic, id).
+``schedule:<name>:<tick>``, and publishing is idempotent on (topic, id). The statements
+on ``queue_schedules`` (register, lock, move ``last_tick``) are the data layer's
+(``db/store/schedules.py``); this thread owns the transaction, which the publish joins.
 
 **Missed ticks.** Ticks are computed from ``last_tick``, so ticks that passed while every
 worker was down fire when a worker is back, each once, late -- if they are at most
@@ -41,7 +43,6 @@ from ...conf import DEFAULT_OUTAGE_REPORT_INTERVAL
 from ...db.store import QueueStore
 from ...publisher import publish
 from ...schedules import Schedule
-from ...task_models import ScheduleState
 from ..outage import OutageReporter
 from .service import ServiceThread
 
@@ -100,15 +101,13 @@ class Scheduler(ServiceThread):
 
     def fire_due(self, schedule: Schedule, now: dt.datetime) -> int:
         """The transaction described in the module docstring; returns how many ticks it fired."""
-        ScheduleState.objects.using(self.using).bulk_create(
-            [ScheduleState(name=schedule.name, last_tick=None, created_at=now, updated_at=now)],
-            ignore_conflicts=True,
-        )
+        self.store.register_schedule(schedule.name, now)
         skipped: list[dt.datetime] = []
         with transaction.atomic(using=self.using):
-            # The row lock serializes every worker's firing of this schedule.
-            state = ScheduleState.objects.using(self.using).select_for_update().get(name=schedule.name)
-            start = state.last_tick or state.created_at
+            # The row lock serializes every worker's firing of this schedule: a second
+            # worker waits here, then reads the last_tick this transaction moved.
+            state = self.store.lock_schedule(schedule.name)
+            start = state.fired_up_to
             floor = now - dt.timedelta(seconds=schedule.catch_up)
             if start < floor:
                 skipped = schedule.ticks(start, floor)
@@ -116,14 +115,14 @@ class Scheduler(ServiceThread):
                 if len(skipped) >= 10_000:  # a very long outage: jump to the window
                     start = floor
             due = schedule.ticks(start, now)
+            # Each publish joins this transaction (outbox): it commits with the move of
+            # last_tick below, or rolls back with it.
             for tick in due:
                 fire(schedule, tick, using=self.using)
             last = due[-1] if due else (skipped[-1] if skipped else None)
             if last is not None:
-                state.last_tick = last
-                state.updated_at = now
-                state.save(using=self.using, update_fields=["last_tick", "updated_at"])
-            view = state.last_tick or state.created_at
+                self.store.set_last_tick(schedule.name, last, now)
+            view = state.fired_up_to if last is None else last
         if skipped:
             logger.warning(
                 "schedule %s: skipped %s missed tick(s) older than its catch-up window of %gs (%s .. %s)",

@@ -52,13 +52,14 @@ from ...db.retry import Retrying
 from ...db.store import FetchedMessage, QueueStore
 from ...exceptions import HandlersStuck, HandlerTimeout
 from ...instruments import NO_INSTRUMENTS, Instruments
+from ..batch.outcomes import Outcomes, attempt_number
 from ..batch.progress import BatchProgress
-from ..batch.runner import BatchRunner, Outcomes, attempt_number
+from ..batch.runner import BatchRunner
 from ..subscription import Subscription
 from .executor import DeadThread, Job, PartitionExecutor
 
-# Logged as the worker (the name projects configure), like batch.py.
-logger = logging.getLogger("django_sqlqueue.worker")
+# A child of "django_sqlqueue.worker": configuring that logger still catches these records.
+logger = logging.getLogger(__name__)
 
 #: Longest wait between two looks while batches are in the executor (seconds): a handler
 #: that starts meanwhile is seen within it.
@@ -206,21 +207,26 @@ class Watchdog:
             )
 
     def _release(self, sub: Subscription, partition: int) -> None:
-        """Give ``partition`` up: no more batches of it here, and its lease goes now."""
-        sub.held = sub.held - {partition}
-        try:
-            self.db(
-                "release lease",
-                lambda: self.store.release_leases(sub.group, sub.topic, sub.name, [partition]),
-            )
-            self.instruments.leases(sub.group, sub.topic, released=1)
-        except Exception:  # it expires within a lease duration instead
-            logger.exception(
-                "could not release the lease of a timed-out partition group=%s topic=%s partition=%d",
-                sub.group,
-                sub.topic,
-                partition,
-            )
+        """Give ``partition`` up: no more batches of it here, and its lease goes now.
+
+        ``held`` is the lease keeper's: the partition leaves it through
+        ``Subscription.giving_up``, so that a keeper round that read the lease before this
+        release cannot put it back (``subscription.py``).
+        """
+        with sub.giving_up(partition):
+            try:
+                self.db(
+                    "release lease",
+                    lambda: self.store.release_leases(sub.group, sub.topic, sub.name, [partition]),
+                )
+                self.instruments.leases(sub.group, sub.topic, released=1)
+            except Exception:  # it expires within a lease duration instead
+                logger.exception(
+                    "could not release the lease of a timed-out partition group=%s topic=%s partition=%d",
+                    sub.group,
+                    sub.topic,
+                    partition,
+                )
 
 
 def _qualname(fn: Callable[..., object]) -> str:

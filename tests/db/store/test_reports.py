@@ -1,7 +1,8 @@
-"""store/reports.py: the grouped reads behind queue_status, the console and Spark's report.
+"""store/reports.py: the grouped reads of groups and partitions behind queue_status, the console and Spark's report.
 
 One definition of lag (messages published and committed that the group has not acked,
-unsequenced ones included), so every page reports the same number.
+unsequenced ones included), so every page reports the same number. The reads about
+messages (deliveries, dead letters, counters) are tested in test_message_reports.py.
 """
 
 from __future__ import annotations
@@ -17,18 +18,8 @@ from django_sqlqueue import ops, queue_status
 from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.db.store import DeliveryCounts, PartitionLag, lag
 
-from ...support.engine_helpers import (
-    IN_FLIGHT,
-    RETRY,
-    SCHEDULED,
-    age_lease,
-    fetch_fresh,
-    head,
-    leased,
-    publish_to,
-    store,
-)
-from ...support.factories import DeliveryStateFactory, PausedTopicFactory, SubscriberHeartbeatFactory
+from ...support.engine_helpers import age_lease, head, leased, publish_to, store
+from ...support.factories import PausedTopicFactory, SubscriberHeartbeatFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,6 +46,14 @@ def test_lag_counts_sequenced_messages_above_the_watermark_and_unsequenced_ones(
     assert lag(head=4, watermark=4, unsequenced=0) == 0
     # A watermark above the head (the head row was recreated) is not negative lag.
     assert lag(head=2, watermark=5, unsequenced=1) == 1
+
+
+def test_in_flight_includes_expired_deliveries_and_retrying_is_nacked_ones_only():
+    """The one definition every operator surface shows (the module docstring of store/reports.py)."""
+    c = DeliveryCounts(in_flight=1, expired=2, retry=4, scheduled=8)
+    assert (c.in_flight_total, c.retrying_total) == (3, 4)
+    assert ((c + c).in_flight_total, (c + c).retrying_total) == (6, 8)
+    assert (DeliveryCounts().in_flight_total, DeliveryCounts().retrying_total) == (0, 0)
 
 
 def test_lags_per_partition_with_a_head_row():
@@ -117,8 +116,6 @@ def test_heads_watermarks_and_unsequenced_counts():
     assert all(w.updated_at is not None for w in s.watermarks(G))
     assert s.watermarks("nobody") == []
     assert s.unsequenced([T, "other"]) == {(T, A): 3}
-    assert s.unsequenced_capped(cap=1)[T] == 2  # "1+": read at most cap + 1 rows
-    assert s.capped_count("SELECT 1 FROM queue_messages WHERE topic = %s", [T], 100) == 15
 
 
 @pytest.mark.parametrize("via_heads", [False, True], ids=["offset-is-null", "via-head-rows"])
@@ -150,22 +147,6 @@ def test_consumer_pairs_are_groups_with_a_watermark_or_a_heartbeat():
     assert [(p.group, p.topic) for p in s.paused_topics()] == [("paused-only", T)]
 
 
-def test_delivery_counts_by_status_split_expired_in_flight_deliveries():
-    behind_with_unsequenced()
-    now = timezone.now()
-    rows = [(5, IN_FLIGHT, now + HOUR), (6, IN_FLIGHT, now - HOUR), (7, RETRY, now), (8, SCHEDULED, now + HOUR)]
-    for offset, status, visible in rows:
-        DeliveryStateFactory(consumer_group=G, topic=T, partition=A, message_offset=offset, status=status,
-                             invisible_until=visible)  # fmt: skip
-    DeliveryStateFactory(consumer_group=G, topic=T, partition=A, message_offset=9, status=IN_FLIGHT, acked=True)
-    counts = store().delivery_counts(G, T)
-    assert counts == {(G, T, A): DeliveryCounts(in_flight=1, expired=1, retry=1, scheduled=1)}
-    assert counts[(G, T, A)] + DeliveryCounts(retry=2) == DeliveryCounts(1, 1, 3, 1)
-    (retrying,) = store().deliveries(G, T, RETRY, limit=10)
-    assert (retrying.offset, retrying.message_id is not None) == (7, True)
-    assert [d.offset for d in store().deliveries(None, None, None, limit=2)] == [6, 7]
-
-
 def test_leases_and_subscribers_are_live_within_the_lease_duration():
     behind_with_unsequenced()
     age_lease(G, T, B, 3600)
@@ -176,21 +157,6 @@ def test_leases_and_subscribers_are_live_within_the_lease_duration():
     assert [(lease.partition, lease.stale) for lease in s.leases(G, T, 30)] == [(A, False), (B, True)]
     assert [lease.partition for lease in s.leases(None, None, 30, stale_only=True)] == [B]
     assert [(sub.name, sub.live) for sub in s.subscribers(G, None, 30)] == [("w1", True), ("w2", False), ("w3", False)]
-
-
-def test_dead_letter_counts_per_group_use_the_id_prefix_escaped():
-    publish_to(T, A, 3)
-    leased("g_1", T, A, "w1")
-    leased("gx1", T, A, "wx")
-    s = store()
-    (first, *rest) = fetch_fresh("g_1", T, A, limit=3)
-    assert s.dead_letter("g_1", T, "w1", first, dlq_topic="reports_dlq", attempts=1, error="boom")
-    for m in rest:
-        assert s.dead_letter("gx1", T, "wx", m, dlq_topic="reports_dlq", attempts=1, error="lookalike")
-    assert s.dead_letter_count("reports_dlq", "g_1") == 1  # not gx1's, which LIKE 'g_1:%' unescaped would match
-    assert s.dead_letter_count("reports_dlq", "gx1") == 2
-    assert s.dead_letter_count("reports_dlq") == 3 and s.dead_letter_count("reports_dlq", cap=1) == 2
-    assert s.log_topics() == [T, "reports_dlq"]
 
 
 def test_oldest_unhandled_is_the_message_right_after_the_watermark():

@@ -14,27 +14,22 @@ import threading
 import pytest
 
 from django_sqlqueue import Reject, Retry
-from django_sqlqueue.db.retry import Retrying
 from django_sqlqueue.rules.dlq import REPLAY_KEY, UNDECODABLE_KEY
 from django_sqlqueue.worker.batch.handlers import HandlerRunner
-from django_sqlqueue.worker.batch.runner import BatchRunner, Stats, attempt_number, describe_error
-from django_sqlqueue.worker.subscription import Subscription
+from django_sqlqueue.worker.batch.outcomes import BatchHooks
 from tests.support.engine_helpers import (
     IN_FLIGHT,
     RETRY,
     SCHEDULED,
     dead_letters,
     delivery_rows,
-    fast_conf,
     fetch_fresh,
-    leased,
-    publish_to,
     row,
-    spec,
-    store,
     watermark,
 )
 from tests.support.poison import store_raw
+
+from .helpers import leased_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,19 +39,7 @@ TOPIC = "batch.t"
 def setup(handler, n: int = 3, *, max_attempts: int = 5, metadata=None, stop: threading.Event | None = None):
     """Lease partition 0 to w1, publish ``n`` messages, record their delivery; return
     (runner, subscription, fetched messages, stats)."""
-    conf = fast_conf()
-    sub = Subscription.create(spec(TOPIC, "g", handler, max_attempts=max_attempts), "w1", conf)
-    leased("g", TOPIC, 0)
-    s = store()
-    publish_to(TOPIC, 0, n, metadata=metadata or {})
-    s.ensure_offsets("g", TOPIC, [0])
-    fetched = fetch_fresh("g", TOPIC, 0)
-    assert s.mark_delivered("g", TOPIC, "w1", fetched, [], [], 30) == {0}
-    sub.held = frozenset({0})
-    stats = Stats()
-    stop = stop or threading.Event()
-    runner = BatchRunner(s, conf, stats=stats, stop_event=stop, db=Retrying("default", stop))
-    return runner, sub, fetched, stats
+    return leased_batch(TOPIC, handler, n, max_attempts=max_attempts, metadata=metadata, stop=stop)
 
 
 def test_a_batch_of_acks_moves_the_watermark_and_drops_its_rows():
@@ -141,21 +124,6 @@ def test_a_partition_lost_mid_batch_is_not_handled_further_nor_written():
     # handed back for the next holder.
     assert watermark("g", TOPIC) == 1
     assert [r.status for r in delivery_rows("g", TOPIC)] == [SCHEDULED, SCHEDULED]
-
-
-def test_attempt_numbers_count_deliveries_not_parkings():
-    _runner, _sub, fetched, _ = setup(lambda m: None, 1)
-    assert attempt_number(fetched[0]) == 1
-    assert row("g", TOPIC, 0, 1).status == IN_FLIGHT
-
-
-def test_describe_error_names_the_class_and_keeps_the_traceback_tail():
-    try:
-        raise KeyError("missing")
-    except KeyError as exc:
-        text = describe_error(exc)
-    assert text.startswith("builtins.KeyError: 'missing'\n")
-    assert "Traceback" in text and "test_describe_error" in text
 
 
 # -- rows that cannot be decoded ---------------------------------------------------------
@@ -272,3 +240,29 @@ def test_a_batch_killed_outside_its_handlers_hands_back_what_did_not_run(monkeyp
     for offset in (2, 3):
         r = row("g", TOPIC, 0, offset)
         assert (r.status, r.retry_count) == (SCHEDULED, 0)  # due now, attempt not counted
+
+
+# -- the hooks' seam -------------------------------------------------------------------------
+
+
+class StopAfter(BatchHooks):
+    def __init__(self, n: int) -> None:
+        self.seen: list[int] = []
+        self.n = n
+
+    def on_handled(self, sub, message) -> bool:
+        self.seen.append(message.offset)
+        return len(self.seen) >= self.n
+
+
+def test_on_handled_sees_each_message_and_may_stop_the_worker_handing_the_rest_back():
+    hooks = StopAfter(2)
+    seen = []
+    runner, sub, fetched, stats = leased_batch(TOPIC, lambda m: seen.append(m.offset), 4, hooks=hooks)
+    assert runner.run(sub, fetched, {0: 0}, HandlerRunner()) == 2
+    assert hooks.seen == seen == [1, 2] and runner.stop_event.is_set()
+    assert watermark("g", TOPIC) == 2
+    for offset in (3, 4):
+        r = row("g", TOPIC, 0, offset)
+        assert (r.status, r.retry_count, r.acked) == (SCHEDULED, 0, False)  # handed back, not counted
+    assert (stats.delivered, stats.acked) == (2, 2)

@@ -12,6 +12,7 @@ from django_sqlqueue import publish_many
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import registry
 from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.subscription import PartitionsInFlight
 from django_sqlqueue.worker.threads.executor import PartitionExecutor
 from tests.support.task_helpers import task_settings, wait_until
 from tests.support.taskapp.consumers import CONC_GROUP, CONC_TOPIC
@@ -68,16 +69,15 @@ def test_executor_rejects_bad_sizes() -> None:
 
 def test_executor_threads_close_their_connections() -> None:
     executor = PartitionExecutor(2)
-    from django_sqlqueue.worker.threads.executor import PartitionsInFlight
-
     in_flight = PartitionsInFlight()
     opened: list[object] = []
 
     def job(runner: object) -> None:
-        from django.db import connection
-
-        connection.ensure_connection()
-        opened.append(connection)
+        # This thread's own connection object (``django.db.connection`` is a proxy that
+        # would resolve to the asserting thread's connection later).
+        mine = connections["default"]
+        mine.ensure_connection()
+        opened.append(mine)
         time.sleep(0.05)
 
     executor.submit(in_flight, 0, job)
@@ -85,3 +85,18 @@ def test_executor_threads_close_their_connections() -> None:
     assert in_flight.wait_idle(None, timeout=10)
     assert executor.shutdown(10)
     assert len(opened) == 2 and all(c.connection is None for c in opened)  # type: ignore[attr-defined]
+
+
+def test_an_executor_built_unstarted_runs_nothing_until_started() -> None:
+    """The worker builds its executor with its other parts and starts the threads in run()."""
+    executor = PartitionExecutor(2, name="sqlqueue-handler-later", start=False)
+    in_flight = PartitionsInFlight()
+    ran = threading.Event()
+    executor.submit(in_flight, 3, lambda runner: ran.set())
+    assert not [t for t in threading.enumerate() if t.name.startswith("sqlqueue-handler-later")]
+    assert not ran.wait(0.1) and in_flight.snapshot() == frozenset({3}) and executor.free == 1
+    executor.start()
+    executor.start()  # once: later calls do nothing
+    assert ran.wait(5) and in_flight.wait_idle(None, timeout=5)
+    assert len([t for t in threading.enumerate() if t.name.startswith("sqlqueue-handler-later")]) == 2
+    assert executor.shutdown(10)

@@ -1,0 +1,105 @@
+"""SQL fragments: the pieces of statement text every other part of a dialect builds on.
+
+:class:`SqlFragments` is the root of the dialect mixins (``conversions``, ``inserts``,
+``sequencing``, ``sessions``), which :class:`~django_sqlqueue.db.dialects.base.Dialect`
+combines: it holds the connection, the quoting function and the vendor's spellings of
+the database clock, placeholders, row-lock suffixes and upsert clauses. Vendor subclasses
+(``mysql.py``, ``postgresql.py``, ``sqlite.py``) override the attributes and methods by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+class SqlFragments:
+    """The connection, quoting and the vendor's fragments of SQL text.
+
+    Times always come from the database clock (``now_sql``).
+    """
+
+    #: The database's current UTC time, constant within one statement.
+    now_sql = "CURRENT_TIMESTAMP"
+    #: ``now_sql`` plus a number of microseconds given as one parameter.
+    now_plus_us_sql = "CURRENT_TIMESTAMP"
+    #: Starts a transaction explicitly while the connection is in autocommit mode.
+    begin_sql = "BEGIN"
+    #: Whether the engine's short transactions open with :attr:`begin_sql` on the autocommit
+    #: connection instead of Django's ``atomic()`` (``StoreBase.transaction``): on MySQL
+    #: ``atomic()`` costs two statements more.
+    lean_transactions = False
+    json_placeholder = "%s"
+    #: An empty JSON object as a SQL literal.
+    empty_json_sql = "'{}'"
+    datetime_placeholder = "%s"
+    bool_placeholder = "%s"
+    #: Suffix of a SELECT that share-locks the rows it reads until the transaction ends.
+    for_share = "FOR SHARE"
+    #: Suffix of a SELECT that exclusively locks the rows it reads.
+    for_update = "FOR UPDATE"
+    #: Every topic present in ``queue_messages``, sorted, without a scan (the console's
+    #: topic list; a plain read, no locks). PostgreSQL and SQLite have no loose index
+    #: scan: a recursive CTE emulates it, each step one index probe for the smallest
+    #: topic above the previous one. MySQL/MariaDB override it.
+    distinct_topics_sql = (
+        "WITH RECURSIVE t(topic) AS ("
+        " SELECT MIN(topic) FROM queue_messages"
+        " UNION ALL"
+        " SELECT (SELECT MIN(m.topic) FROM queue_messages m WHERE m.topic > t.topic)"
+        " FROM t WHERE t.topic IS NOT NULL"
+        ") SELECT topic FROM t WHERE topic IS NOT NULL ORDER BY topic"
+    )
+    #: Whether reports find the unsequenced rows through the partitions' head rows (a join,
+    #: one index range per partition) rather than by ``offset IS NULL`` alone. PostgreSQL and
+    #: SQLite have a partial index of the unsequenced rows, so the plain condition reads only
+    #: the backlog; MySQL/MariaDB's unique (topic, partition, offset) index holds the NULLs
+    #: at the head of each partition's range, which only a known partition reaches.
+    unsequenced_via_heads = False
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        self.qn: Callable[[str], str] = connection.ops.quote_name
+
+    def excluded(self, column: str) -> str:
+        """The value an upsert tried to insert into ``column``."""
+        return f"excluded.{column}"
+
+    def on_conflict_update(self, conflict: Sequence[str]) -> str:
+        """Start of an upsert's update clause (followed by ``col = expr, ...``)."""
+        return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO UPDATE SET"
+
+    def on_conflict_ignore(self, conflict: Sequence[str], noop: str) -> str:
+        """Clause that turns a duplicate-key insert into a no-op.
+
+        ``noop`` names a column of the target table only (MySQL assigns it to itself).
+        """
+        return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO NOTHING"
+
+    def use_index(self, name: str) -> str:
+        """An index hint after a table name (MySQL/MariaDB only; elsewhere nothing).
+
+        For lookups of unsequenced messages (NULL offsets): PostgreSQL and SQLite have a
+        partial index for them (migration 0003); MariaDB's optimizer, estimating from a
+        ``topic`` prefix, would otherwise walk the topic's ``(topic, seq)`` entries.
+        """
+        return ""
+
+    def union_branch(self, select: str, index: int) -> str:
+        """Wrap a SELECT with its own ORDER BY/LIMIT as one branch of a UNION ALL.
+
+        Parentheses, where the database accepts them: a derived table
+        (``SELECT * FROM (...) AS b``) makes MariaDB write an on-disk temporary table
+        for every branch, because the rows carry LONGTEXT payloads.
+        """
+        return f"({select})"
+
+    def now_minus(self, seconds: float) -> tuple[str, list[Any]]:
+        """SQL (and its parameter) for the database's now minus ``seconds``."""
+        return self.now_plus_us_sql, [-round(seconds * 1_000_000)]
+
+    def now_plus(self, seconds: float) -> tuple[str, list[Any]]:
+        """SQL (and its parameter) for the database's now plus ``seconds``."""
+        return self.now_plus_us_sql, [round(seconds * 1_000_000)]
