@@ -4,14 +4,18 @@ each permission denial, non-staff users, CSRF and the audit log."""
 from __future__ import annotations
 
 import pytest
+from django.contrib import admin
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
-from django.test import Client, override_settings
+from django.core.exceptions import PermissionDenied
+from django.test import Client, RequestFactory, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlqueue import ops
-from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic
+from django_sqlqueue.console.actions import Views
+from django_sqlqueue.console.pages import Pages
+from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic, QueueConsole
 
 from ..support.console_scene import SETTINGS, build
 
@@ -113,6 +117,39 @@ def test_deliveries_page_shows_the_last_error(scene, viewer):
 def test_pages_need_the_view_permission(scene, name, args):
     client = login(*ACTION_PERMS)  # every action permission, but not view_queue
     assert client.get(u(name, *args)).status_code == 403
+
+
+def view_names(cls: type) -> set[str]:
+    """The views a console class defines itself (its public methods)."""
+    return {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+
+
+#: The URL arguments of the views that take some.
+VIEW_ARGS = {
+    "message": ("1",),
+    "deadletter": ("1",),
+    "group": ("billing", "orders"),
+    "seek": ("billing", "orders"),
+    "pause": ("billing", "orders"),
+}
+
+
+def test_every_console_view_is_routed_and_checks_the_view_permission_itself(scene):
+    """Not only through the admin's wrapper (which lets any staff user in): each method of
+    Pages (the read-only pages, lease release, topic purge) and Views (groups, dead letters)
+    refuses a staff user without ``view_queue``, on GET and on POST, before it reads anything."""
+    routed = {route.callback.__name__ for route in admin.site._registry[QueueConsole].get_urls()}
+    pages, actions = view_names(Pages), view_names(Views)
+    assert pages | actions == routed and not pages & actions
+    staff = User.objects.create_user("staff-only", is_staff=True)
+    views = Views(admin.site)
+    for name in sorted(routed):
+        for method in ("get", "post"):
+            request = getattr(RequestFactory(), method)("/x/", {"confirmed": "yes"} if method == "post" else {})
+            request.user = staff
+            with pytest.raises(PermissionDenied):
+                getattr(views, name)(request, *VIEW_ARGS.get(name, ()))
+    assert not LogEntry.objects.exists() and ops.count_dead_letters() == len(scene.dead)
 
 
 @pytest.mark.parametrize("name, args", PAGES)

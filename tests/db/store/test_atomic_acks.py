@@ -9,12 +9,18 @@ import pytest
 from django.db import transaction
 
 from django_sqlqueue.db.store.acks import move_watermark
+from django_sqlqueue.db.store.atomic_acks import AtomicAckStore
 from django_sqlqueue.exceptions import FenceLost
 
 from ...support.engine_helpers import IN_FLIGHT, delivery_rows, row, store, watermark
 from .helpers import A, G, T, deliver, fill
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def atomic_acks() -> AtomicAckStore:
+    """The module's store on its own (no other store mixin behind it): what these tests exercise."""
+    return AtomicAckStore("default")
 
 
 def delivered(offsets: list[int], total: int = 5) -> None:
@@ -27,7 +33,7 @@ def delivered(offsets: list[int], total: int = 5) -> None:
 def test_contiguous_acks_move_the_watermark_and_delete_the_rows_behind_it():
     delivered([1, 2, 3])
     with transaction.atomic():
-        assert store().ack_in_transaction(G, T, "w1", A, [(1, 0), (2, 0)]) == 2
+        assert atomic_acks().ack_in_transaction(G, T, "w1", A, [(1, 0), (2, 0)]) == 2
     assert watermark(G, T, A) == 2
     assert [(r.message_offset, r.acked) for r in delivery_rows(G, T, A)] == [(3, False)]
 
@@ -35,7 +41,7 @@ def test_contiguous_acks_move_the_watermark_and_delete_the_rows_behind_it():
 def test_acks_after_a_gap_are_flagged_and_leave_the_watermark():
     delivered([1, 2, 3])
     with transaction.atomic():
-        assert store().ack_in_transaction(G, T, "w1", A, [(3, 0), (2, 0)]) is None  # 1 is not acked
+        assert atomic_acks().ack_in_transaction(G, T, "w1", A, [(3, 0), (2, 0)]) is None  # 1 is not acked
     assert watermark(G, T, A) == 0
     assert [(r.message_offset, r.acked) for r in delivery_rows(G, T, A)] == [(1, False), (2, True), (3, True)]
 
@@ -43,16 +49,16 @@ def test_acks_after_a_gap_are_flagged_and_leave_the_watermark():
 def test_a_lost_lease_or_a_redelivered_message_raises_fence_lost_and_the_caller_rolls_back():
     delivered([1, 2])
     with pytest.raises(FenceLost, match="no longer held by w2"), transaction.atomic():
-        store().ack_in_transaction(G, T, "w2", A, [(1, 0)])
+        atomic_acks().ack_in_transaction(G, T, "w2", A, [(1, 0)])
     # Delivered again meanwhile (retry_count 1): this attempt's ack must not count.
     with pytest.raises(FenceLost, match="redelivered, nacked or acked elsewhere"), transaction.atomic():
-        store().ack_in_transaction(G, T, "w1", A, [(1, 0), (2, 1)])
+        atomic_acks().ack_in_transaction(G, T, "w1", A, [(1, 0), (2, 1)])
     assert watermark(G, T, A) == 0  # rolled back with the caller's transaction
     assert [(r.message_offset, r.acked, r.status) for r in delivery_rows(G, T, A)] == [
         (1, False, IN_FLIGHT),
         (2, False, IN_FLIGHT),
     ]
-    assert store().ack_in_transaction(G, T, "w1", A, []) is None
+    assert atomic_acks().ack_in_transaction(G, T, "w1", A, []) is None
 
 
 def test_the_watermark_moves_only_from_the_value_the_caller_saw():

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from django_sqlqueue.db.store.heartbeats import HeartbeatStore
 from django_sqlqueue.models import SubscriberHeartbeat
 
-from ...support.engine_helpers import execute, now_minus, store
+from ...support.engine_helpers import execute, now_minus
 from .helpers import G, T
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_heartbeat_deregister_and_active_subscribers():
-    s = store()
+    s = HeartbeatStore("default")  # the module's store on its own
     s.heartbeat(G, T, "w1")
     s.heartbeat(G, T, "w2")
     s.heartbeat("other", T, "w3")

@@ -8,6 +8,7 @@ import threading
 import pytest
 from django.db import transaction
 
+from django_sqlqueue.db.store.leases import LeaseStore
 from django_sqlqueue.models import PartitionLease
 
 from ...support.engine_helpers import age_lease, db_now, store
@@ -16,9 +17,14 @@ from .helpers import A, B, C, D, G, T, fill, leased
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def leases() -> LeaseStore:
+    """The module's store on its own (no other store mixin behind it): what these tests exercise."""
+    return LeaseStore("default")
+
+
 def test_acquire_leases_takes_missing_leases_and_refuses_live_ones():
     fill(A, 1)
-    s = store()
+    s = leases()
     before = db_now()
     assert s.acquire_leases(G, T, [A], "w1", 30) == [A]
     assert s.acquire_leases(G, T, [A], "w2", 30) == []
@@ -34,7 +40,7 @@ def test_acquire_leases_takes_missing_leases_and_refuses_live_ones():
 
 def test_acquire_leases_steals_only_expired_leases():
     fill(A, 1)
-    s = store()
+    s = leases()
     leased(A, "w1")
     leased(B, "w1")
     age_lease(G, T, A, 10)
@@ -58,14 +64,14 @@ def test_acquire_leases_insert_race_loses_cleanly(spawn):
 
     def first() -> list[int]:
         with transaction.atomic():
-            got = store().acquire_leases(G, T, [A], "w1", 30)
+            got = leases().acquire_leases(G, T, [A], "w1", 30)
             inserted.set()
             assert release.wait(10)
         return got
 
     holder = spawn(first, name="first")
     assert inserted.wait(10)
-    second = spawn(lambda: store().acquire_leases(G, T, [A], "w2", 30), name="second")
+    second = spawn(lambda: leases().acquire_leases(G, T, [A], "w2", 30), name="second")
     second.join(0.5)
     assert second.is_alive(), "the second INSERT must wait for the first one's uncommitted row"
     release.set()
@@ -77,7 +83,7 @@ def test_acquire_leases_insert_race_loses_cleanly(spawn):
 def test_renew_leases_renews_and_returns_only_leases_still_held():
     for p in (A, B, C):
         fill(p, 1)
-    s = store()
+    s = leases()
     leased(A)
     leased(B)
     leased(C, "w2")
@@ -98,7 +104,7 @@ def test_renew_leases_renews_and_returns_only_leases_still_held():
 def test_release_leases_all_or_some():
     for p in (A, B, C, D):
         fill(p, 1)
-    s = store()
+    s = leases()
     for p in (A, B, C):
         leased(p)
     leased(D, "w2")
@@ -114,11 +120,11 @@ def test_free_partitions_lists_unleased_and_expired_partitions():
     for p in (A, B, C, D):
         fill(p, 1)
     fill(A, 1, topic="other.topic")
-    s = store()
+    s = leases()
     leased(A)
     leased(B)
     age_lease(G, T, B, 31)
     leased(C, group="analytics")  # another group's lease does not count
     assert s.free_partitions(G, T, 30) == [B, C, D]
     assert s.free_partitions(G, T, 60) == [C, D]  # B is live for a 60s lease
-    assert s.partitions(T) == [A, B, C, D]  # head rows the sequencer created
+    assert store().partitions(T) == [A, B, C, D]  # head rows the sequencer created

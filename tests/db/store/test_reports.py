@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_sqlqueue import ops, queue_status
 from django_sqlqueue.db.sequencer import sequence
-from django_sqlqueue.db.store import DeliveryCounts, PartitionLag, lag
+from django_sqlqueue.db.store.reports import DeliveryCounts, PartitionLag, ReportStore, lag
 
 from ...support.engine_helpers import age_lease, head, leased, publish_to, store
 from ...support.factories import PausedTopicFactory, SubscriberHeartbeatFactory
@@ -26,6 +26,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 G, T = "billing", "reports"
 A, B = 0, 1
 HOUR = dt.timedelta(hours=1)
+
+
+def reports() -> ReportStore:
+    """The module's store on its own (no other store mixin behind it): what these tests read with."""
+    return ReportStore("default")
 
 
 def behind_with_unsequenced() -> None:
@@ -59,7 +64,7 @@ def test_in_flight_includes_expired_deliveries_and_retrying_is_nacked_ones_only(
 def test_lags_per_partition_with_a_head_row():
     behind_with_unsequenced()
     SubscriberHeartbeatFactory(consumer_group="new", topic=T, subscriber_name="w9")
-    rows = store().lags([(G, T), ("new", T)])
+    rows = reports().lags([(G, T), ("new", T)])
     assert rows == [
         PartitionLag(G, T, A, 10, 4, 3),
         PartitionLag(G, T, B, 2, 2, 0),
@@ -92,7 +97,7 @@ def test_a_sequencing_round_between_the_lag_reads_is_counted_not_hidden():
         return result
 
     with connection.execute_wrapper(a_round_after_the_first_read):
-        (row_a, _) = store().lags([(G, T)])
+        (row_a, _) = reports().lags([(G, T)])
     assert len(reads) >= 3 and head(T, A) == 13, "the round ran between the reads"
     assert row_a.lag >= 9
 
@@ -110,7 +115,7 @@ def test_queue_status_and_the_console_report_the_same_lag_for_a_group_with_unseq
 
 def test_heads_watermarks_and_unsequenced_counts():
     behind_with_unsequenced()
-    s = store()
+    s = reports()
     assert s.heads([T]) == {(T, A): 10, (T, B): 2} and s.heads([]) == {}
     assert {(w.partition, w.offset) for w in s.watermarks(G, T)} == {(A, 4), (B, 2)}
     assert all(w.updated_at is not None for w in s.watermarks(G))
@@ -124,7 +129,7 @@ def test_both_ways_to_the_sequencers_backlog_agree_on_partitions_with_a_head_row
     cost) reads the same backlog as the plain ``offset IS NULL``, except in a partition that has
     no head row yet, which only the plain condition sees (and the lag never counts)."""
     behind_with_unsequenced()
-    s = store()
+    s = reports()
     monkeypatch.setattr(type(s.dialect), "unsequenced_via_heads", via_heads)
     assert s.unsequenced([T, "other"]) == {(T, A): 3}
     (oldest,) = s.oldest_unsequenced([T]).values()
@@ -140,7 +145,7 @@ def test_consumer_pairs_are_groups_with_a_watermark_or_a_heartbeat():
     behind_with_unsequenced()
     SubscriberHeartbeatFactory(consumer_group="new", topic="elsewhere", subscriber_name="w9")
     PausedTopicFactory(consumer_group="paused-only", topic=T)
-    s = store()
+    s = reports()
     assert s.consumer_pairs() == [(G, T), ("new", "elsewhere")]
     assert s.consumer_pairs(topic=T) == [(G, T)]
     assert s.consumer_pairs(group="new") == [("new", "elsewhere")]
@@ -153,7 +158,7 @@ def test_leases_and_subscribers_are_live_within_the_lease_duration():
     SubscriberHeartbeatFactory(consumer_group=G, topic=T, subscriber_name="w2", heartbeat_at=timezone.now() - HOUR)
     store().heartbeat(G, T, "w3")
     store().deregister(G, T, "w3")
-    s = store()
+    s = reports()
     assert [(lease.partition, lease.stale) for lease in s.leases(G, T, 30)] == [(A, False), (B, True)]
     assert [lease.partition for lease in s.leases(None, None, 30, stale_only=True)] == [B]
     assert [(sub.name, sub.live) for sub in s.subscribers(G, None, 30)] == [("w1", True), ("w2", False), ("w3", False)]
@@ -161,5 +166,5 @@ def test_leases_and_subscribers_are_live_within_the_lease_duration():
 
 def test_oldest_unhandled_is_the_message_right_after_the_watermark():
     behind_with_unsequenced()
-    oldest = store().oldest_unhandled()
+    oldest = reports().oldest_unhandled()
     assert set(oldest) == {(G, T)} and oldest[(G, T)] <= timezone.now()

@@ -6,15 +6,15 @@ import pytest
 from django.test import override_settings
 
 from django_sqlqueue import publish_many
+from django_sqlqueue.db.store.topics import TopicStore
 
-from ...support.engine_helpers import store
 from .helpers import G, T
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_register_topic_creates_head_rows_and_keeps_the_first_count():
-    s = store()
+    s = TopicStore("default")  # the module's store on its own
     assert s.registered_partitions("reg") == (False, None)
     assert s.register_topic("reg", 3) == 3
     assert s.partitions("reg") == [0, 1, 2]
@@ -37,7 +37,7 @@ def test_register_topic_creates_head_rows_and_keeps_the_first_count():
 def test_paused_reads_the_operator_pause_row():
     from ...support.factories import PausedTopicFactory
 
-    s = store()
+    s = TopicStore("default")  # the module's store on its own
     assert not s.paused(G, T)
     PausedTopicFactory(consumer_group=G, topic=T)
     assert s.paused(G, T)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 
 import pytest
 from django.db import connection, connections, transaction
@@ -19,6 +20,8 @@ from django_sqlqueue.consumers import registry
 from django_sqlqueue.db.store import FetchPlan
 from django_sqlqueue.exceptions import FenceLost
 from django_sqlqueue.models import DeliveryState, Message, PartitionLease
+from django_sqlqueue.worker.batch.atomic import Abandoned, ack_and_commit, run_in_transaction
+from django_sqlqueue.worker.batch.outcomes import Outcomes
 from django_sqlqueue.worker.batch.progress import BatchProgress
 from tests.conftest import Worker as Thread
 from tests.support.consumerapp.models import Handled
@@ -42,6 +45,7 @@ from ...support.engine_helpers import (
     wait_until,
     watermark,
 )
+from .helpers import leased_batch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,6 +75,34 @@ def effects(topic: str = TOPIC) -> list[tuple[int, int]]:
 
 def records(caplog: pytest.LogCaptureFixture, text: str, level: int = logging.WARNING) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno == level and text in r.getMessage()]
+
+
+# -- the transaction of one message -------------------------------------------------------
+
+
+def test_the_handlers_writes_and_its_fenced_ack_commit_together_or_not_at_all():
+    """``run_in_transaction`` + ``ack_and_commit``, as ``one_message`` chains them, on this thread."""
+    topic = "atomic.parts"
+    runner, sub, fetched, _ = leased_batch(topic, print, 2, group=GROUP, atomic=True)
+    s = runner.store
+    first, second = (runner.received(sub, m, None) for m in fetched)
+
+    def ack(offset: int, progress: BatchProgress | None = None):
+        return partial(ack_and_commit, s, sub, 0, [(offset, 0)], progress)
+
+    assert run_in_transaction(s, sub, lambda: effect(first), ack(first.offset)) == first.offset  # the new watermark
+    assert effects(topic) == [(0, first.offset)] and watermark(GROUP, topic, 0) == first.offset
+    # The watchdog gave the batch up meanwhile: the ack is refused and the handler's write rolls back.
+    progress = BatchProgress(sub, fetched, {0: first.offset}, Outcomes())
+    assert progress.begin(1, 0.0) and progress.abandon(time.monotonic() + 1) is not None
+    with pytest.raises(Abandoned):
+        run_in_transaction(s, sub, lambda: effect(second), ack(second.offset, progress))
+    # The lease is gone: the fence refuses the ack and the handler's write rolls back.
+    assert store().release_leases(GROUP, topic, sub.name) == 1
+    with pytest.raises(FenceLost):
+        run_in_transaction(s, sub, lambda: effect(second), ack(second.offset))
+    assert effects(topic) == [(0, first.offset)] and watermark(GROUP, topic, 0) == first.offset
+    assert row(GROUP, topic, 0, second.offset).acked is False
 
 
 # -- configuration -------------------------------------------------------------------------

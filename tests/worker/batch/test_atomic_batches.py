@@ -15,7 +15,10 @@ import pytest
 from django.db import connection, transaction
 
 from django_sqlqueue.models import PartitionLease
+from django_sqlqueue.worker.batch.atomic_batches import AtomicBatches
 from django_sqlqueue.worker.batch.handlers import HandlerRunner
+from django_sqlqueue.worker.batch.outcomes import Outcomes
+from django_sqlqueue.worker.batch.runner import Batch
 from tests.support.engine_helpers import (
     IN_FLIGHT,
     RETRY,
@@ -65,6 +68,20 @@ def test_a_batch_runs_in_one_transaction_and_commits_once():
     assert effects(TOPIC) == [1, 2, 3]
     assert watermark("g", TOPIC) == 3 and delivery_rows("g", TOPIC) == []  # acked in that transaction
     assert (stats.delivered, stats.acked, stats.nacked) == (3, 3, 0)
+
+
+def test_the_batch_transaction_acks_by_itself_and_leaves_the_runner_only_counts_to_write():
+    """AtomicBatches.run on its own (no outcome writer after it): the handlers' effects and the
+    acks are committed already; the outcomes only count them and note the watermark moved."""
+    handler = Recorder()
+    runner, sub, fetched, _ = leased_batch(TOPIC, handler, 3, atomic="batch")
+    batch = Batch(sub, fetched, Outcomes(), HandlerRunner(), None)
+    assert AtomicBatches(runner).run(batch) == 3
+    assert effects(TOPIC) == [1, 2, 3] and handler.commits.list() == [(1, 3), (2, 3), (3, 3)]
+    assert watermark("g", TOPIC) == 3 and delivery_rows("g", TOPIC) == []
+    outcomes = batch.outcomes
+    assert (outcomes.committed, outcomes.moved, outcomes.pending) == (3, {0: 3}, [])
+    assert not any(outcomes.acks.values()) and not outcomes.nacks and not outcomes.unprocessed
 
 
 def test_a_raising_handler_makes_each_message_run_alone_so_its_batch_mates_commit(caplog):

@@ -8,6 +8,7 @@ real database.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import threading
 
@@ -17,6 +18,7 @@ from django_sqlqueue import Reject, Retry
 from django_sqlqueue.rules.dlq import REPLAY_KEY, UNDECODABLE_KEY
 from django_sqlqueue.worker.batch.handlers import HandlerRunner
 from django_sqlqueue.worker.batch.outcomes import BatchHooks
+from django_sqlqueue.worker.batch.runner import handler_timeout
 from tests.support.engine_helpers import (
     IN_FLIGHT,
     RETRY,
@@ -50,6 +52,17 @@ def test_a_batch_of_acks_moves_the_watermark_and_drops_its_rows():
     assert watermark("g", TOPIC) == 3
     assert delivery_rows("g", TOPIC) == []  # deleted with the watermark move
     assert (stats.delivered, stats.acked, stats.nacked, stats.dead_lettered) == (3, 3, 0, 0)
+
+
+def test_a_calls_timeout_is_what_timeout_for_chooses_else_the_consumers():
+    """Per-message timeouts (the tasks backend's per-task ones): a number wins, ``math.inf``
+    means no limit, None falls back to the consumer's ``timeout``."""
+    chosen = {1: 2.5, 2: math.inf, 3: None}
+    runner, sub, fetched, _ = leased_batch(TOPIC, print, 3, timeout=7, timeout_for=lambda r: chosen[r.offset])
+    received = [runner.received(sub, m, None) for m in fetched]
+    assert [handler_timeout(sub, r) for r in received] == [2.5, None, 7]
+    runner, sub, fetched, _ = leased_batch("batch.untimed", print, 1, timeout=None)
+    assert handler_timeout(sub, runner.received(sub, fetched[0], None)) is None
 
 
 def test_a_failed_handler_nacks_with_its_error_and_the_watermark_stops_before_it():

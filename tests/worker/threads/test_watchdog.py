@@ -22,6 +22,7 @@ from django_sqlqueue.exceptions import HandlersStuck
 from django_sqlqueue.models import PartitionLease
 from django_sqlqueue.worker.budget import connection_budget
 from django_sqlqueue.worker.loop import Worker
+from django_sqlqueue.worker.threads.watchdog import CHECK_INTERVAL, STACK_FRAMES, Watchdog
 
 from ...support.engine_helpers import (
     RETRY,
@@ -86,6 +87,7 @@ def test_a_hung_handler_gives_its_partition_up_and_the_others_go_on(release, cap
         assert "handler=tests.worker.threads.test_watchdog.hanging.<locals>.handle" in record
         assert "timeout=0.5s" in record and re.search(r" ran=\d+\.\ds ", record)
         assert "stuck at:" in record and "release.wait()" in record  # where the thread hangs
+        assert 1 <= record.split("stuck at:\n", 1)[1].count('  File "') <= STACK_FRAMES  # its innermost frames
         # Each attempt times out; the last one is dead-lettered with the timeout error.
         wait_until(lambda: dead_letters(f"{TOPIC}_dlq"), 20, "the dead letter")
         (dead,) = dead_letters(f"{TOPIC}_dlq")
@@ -100,6 +102,26 @@ def test_a_hung_handler_gives_its_partition_up_and_the_others_go_on(release, cap
         assert worker.executor is not None and worker.executor.stuck == 3  # not more than --concurrency 3
         assert not worker.stop_event.is_set()
     assert not PartitionLease.objects.filter(leased_by="t1").exists()
+
+
+def test_the_next_look_is_at_the_running_handlers_deadline_at_most_a_check_interval_away(release, caplog):
+    publish_to(TOPIC, 0, 1, payload=lambda i: {"hang": True})
+    calls = Calls()
+    with running([spec(TOPIC, "g", hanging(calls, release), timeout=5)]) as worker:
+        watchdog = worker.watchdog
+        assert isinstance(watchdog, Watchdog)
+        wait_until(lambda: len(calls) == 1, 10, "the handler to start")
+        # Its deadline is 5 s away: look again within CHECK_INTERVAL all the same (the batch's
+        # next handler, with its own deadline, may start meanwhile).
+        assert watchdog.next_check() == CHECK_INTERVAL
+        # Seen 4.9 s later: the next look is just past its deadline (at most 0.1 s ahead).
+        assert 0.01 <= watchdog.next_check(time.monotonic() + 4.9) <= 0.11 + 1e-9
+        assert watchdog.next_check(time.monotonic() + 60) == pytest.approx(0.01)  # overdue: look now
+        release.set()
+        wait_until(lambda: caught_up("g", TOPIC), 10, "the message acked")
+        # No batch in the executor: nothing to watch, the poll loop keeps its own cadence.
+        wait_until(lambda: watchdog.next_check() is None, 5, "the executor idle")
+    assert not warnings_of(caplog, "handler timed out")
 
 
 def test_more_stuck_threads_than_concurrency_stop_the_worker_after_handing_back(release, caplog):

@@ -1,4 +1,4 @@
-"""The dialect's publishing helpers: per-call insert plans, the id look-up, datetimes, errors."""
+"""The dialect's insert path (``db/dialects/inserts.py``): per-call insert plans, the id look-up, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from django.db import IntegrityError, OperationalError, connection
 
 from django_sqlqueue.db.dialects import get_dialect
-from django_sqlqueue.db.dialects.base import InsertPlan, MessageRow
+from django_sqlqueue.db.dialects.inserts import InsertPlan, Inserts, MessageRow, in_list
 from django_sqlqueue.models import Message
 from django_sqlqueue.publisher import publish
 
@@ -68,15 +68,6 @@ def test_existing_messages_reads_key_partition_and_payload_of_stored_ids():
     assert set(found) == {"one", "two"}
 
 
-def test_to_datetime_returns_aware_utc_and_keeps_none():
-    d = get_dialect(connection)
-    assert d.to_datetime(None) is None
-    assert d.to_datetime("2026-01-31 12:00:00") == dt.datetime(2026, 1, 31, 12, tzinfo=dt.UTC)
-    assert d.to_datetime(dt.datetime(2026, 1, 31, 14, tzinfo=dt.timezone(dt.timedelta(hours=2)))) == dt.datetime(
-        2026, 1, 31, 12, tzinfo=dt.UTC
-    )
-
-
 def test_vendor_error_codes_are_the_dialects():
     d = get_dialect(connection)
     mysql = connection.vendor == "mysql"
@@ -84,3 +75,17 @@ def test_vendor_error_codes_are_the_dialects():
     assert d.is_duplicate_key(IntegrityError(1062, "Duplicate entry")) is mysql
     assert not d.is_duplicate_key(IntegrityError(1452, "foreign key"))
     assert not d.is_too_large(OperationalError(1213, "Deadlock"))
+
+
+def test_every_vendor_dialect_inserts_through_the_mixin_and_in_list_matches_its_values():
+    d = get_dialect(connection)
+    assert isinstance(d, Inserts)
+    params = ["a", "b", "c"]
+    sql = f"({in_list(params)})"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM queue_messages WHERE id IN {sql}", params)
+        assert cursor.fetchone()[0] == 0
+    publish("dia.in", {"n": 1}, id="b")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM queue_messages WHERE id IN {sql}", params)
+        assert [r[0] for r in cursor.fetchall()] == ["b"]
