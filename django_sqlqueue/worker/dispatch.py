@@ -19,6 +19,9 @@ poll's batches -- each partition's messages, in offset order -- to the worker's
 The threaded strategies own the worker's :class:`~.threads.executor.PartitionExecutor` and
 its :class:`~.threads.watchdog.Watchdog`; their threads start at :meth:`Dispatch.start`
 (the worker calls it once its leases are taken) and are drained at :meth:`Dispatch.drain`.
+Until then -- a worker driven by ``Worker.poll()`` without ``run()``, as benchmarks and
+tests do -- a threaded strategy runs its batches inline, as a worker before ``run()``
+always did.
 
 This module sits above ``threads/`` and ``batch/`` and imports both; nothing in them
 imports it.
@@ -116,9 +119,16 @@ class _Threaded(Dispatch):
     watchdog: Watchdog
 
     def __init__(
-        self, batches: BatchRunner, executor: PartitionExecutor, watchdog: Watchdog, outage: OutageReporter | None
+        self,
+        batches: BatchRunner,
+        executor: PartitionExecutor,
+        watchdog: Watchdog,
+        outage: OutageReporter | None,
+        invoke: HandlerRunner,
     ) -> None:
         super().__init__(batches)
+        #: Until :meth:`start`: batches run on the calling thread.
+        self.inline: Inline | None = Inline(batches, invoke)
         self.executor = executor
         self.watchdog = watchdog
         self.outage = outage
@@ -127,10 +137,11 @@ class _Threaded(Dispatch):
 
     def start(self) -> None:
         self.executor.start()
+        self.inline = None
 
     @property
     def saturated(self) -> bool:
-        return self.executor.free == 0
+        return self.inline is None and self.executor.free == 0
 
     def check(self) -> None:
         self.watchdog.check()
@@ -166,6 +177,8 @@ class OneHandlerThread(_Threaded):
     """``--concurrency 1`` with a handler timeout: one job per poll, and the poll loop waits."""
 
     def run(self, sub: Subscription, batches: Batches, watermarks: Mapping[int, int]) -> int:
+        if self.inline is not None:
+            return self.inline.run(sub, batches, watermarks)
         # This poll's batches run one after another as one job (one hand-off per poll), as
         # they would on this thread, while this thread watches their timeouts.
         messages = [m for key in sorted(batches) for m in batches[key]]
@@ -178,12 +191,14 @@ class HandlerPool(_Threaded):
     """``--concurrency N`` > 1: one job per partition; the poll loop goes on polling."""
 
     def run(self, sub: Subscription, batches: Batches, watermarks: Mapping[int, int]) -> int:
+        if self.inline is not None:
+            return self.inline.run(sub, batches, watermarks)
         for key in sorted(batches):
             self._submit(sub, (key,), BatchProgress(sub, batches[key], {key: watermarks[key]}, Outcomes()))
         return sum(len(batch) for batch in batches.values())
 
     def slots(self) -> int | None:
-        return self.executor.free
+        return None if self.inline is not None else self.executor.free
 
 
 def handler_threads(concurrency: int, subscriptions: Iterable[Subscription]) -> bool:
@@ -218,4 +233,4 @@ def choose(
     executor = PartitionExecutor(concurrency, on_death=on_death, finished=finished, start=False)
     watchdog = Watchdog(executor, batches.store, batches, db=batches.db, on_stuck=on_death, instruments=instruments)
     kind = OneHandlerThread if concurrency == 1 else HandlerPool
-    return kind(batches, executor, watchdog, outage)
+    return kind(batches, executor, watchdog, outage, invoke)

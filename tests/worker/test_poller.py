@@ -126,6 +126,30 @@ def test_one_handler_thread_runs_the_poll_while_the_poll_waits_for_it():
         worker.keeper.release_all()
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_before_run_a_threaded_worker_polls_inline_on_the_calling_thread(concurrency: int):
+    """``Worker.poll()`` without ``run()`` (benchmarks, tests) runs the batches on the calling
+    thread, as it always did: no handler thread was started, so none may be waited for."""
+    topic = f"poller.before{concurrency}"
+    seen: list[str] = []
+    worker = Worker(
+        [spec(topic, "g", lambda m: seen.append(threading.current_thread().name))],
+        name=f"p-before{concurrency}",
+        concurrency=concurrency,
+    )
+    assert isinstance(worker.dispatch, (OneHandlerThread, HandlerPool))
+    worker.register_topics()
+    sub = worker.subscriptions[0]
+    worker.keeper.rebalance(sub)
+    publish_to(topic, 0, 2)
+    try:
+        assert worker.poll(sub)[0] == 2
+        assert seen == [threading.current_thread().name] * 2
+        assert watermark("g", topic, 0) == 2 and handler_threads() == []
+    finally:
+        worker.keeper.release_all()
+
+
 def test_a_pool_fetches_no_more_partitions_than_threads_are_free():
     topic = "poller.pool"
     release = threading.Event()

@@ -117,15 +117,15 @@ class Call:
         """The attempt number of this delivery (1 = first)."""
         return self.received.attempt
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """Return ``fn()`` (the handler call), run with the attempt's span current (its
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Return ``fn(*args)`` (the handler call), run with the attempt's span current (its
         publishes are the span's children); :attr:`duration` is set whether it returns or raises."""
         began = time.monotonic()
         try:
             if self.span is None:
-                return fn()
+                return fn(*args)
             with self.span:
-                return fn()
+                return fn(*args)
         finally:
             self.duration = time.monotonic() - began
 

@@ -116,6 +116,8 @@ class BatchRunner:
         self.stop_event = stop_event
         self.db = db
         self.hooks = hooks if hooks is not None else BatchHooks()
+        # Not called per message unless the owner overrides it (the hot path).
+        self._on_handled = None if type(self.hooks).on_handled is BatchHooks.on_handled else self.hooks.on_handled
         #: Decides what each outcome means and writes them (``outcomes.py``).
         self.writer = OutcomeWriter(store, conf, stats=stats, db=db, hooks=self.hooks)
         #: The ``SystemExit`` or ``KeyboardInterrupt`` a handler raised (the first one):
@@ -155,13 +157,22 @@ class BatchRunner:
         """Run the batch's messages one after the other; return how many were handled,
         None if the watchdog took the batch over."""
         handled = started = 0  # messages begun (or skipped), in order
+        sub, outcomes, stop = batch.sub, batch.outcomes, self.stop_event
         try:
-            for index in range(len(batch.messages)):
+            for index, m in enumerate(batch.messages):
                 started = index + 1
-                count = self.alone(batch, index)
-                if count is None:
+                # :meth:`runnable`, inline: this loop is the worker's hot path. ``held`` is read
+                # each time: the lease keeper replaces it, the watchdog takes partitions out.
+                if stop.is_set() or m.partition not in sub.held or m.partition in outcomes.lost:
+                    outcomes.unprocessed.append((m.partition, m.offset))
+                    continue
+                # :meth:`handle`, unwrapped: the hook is looked at only if the owner set one.
+                recorded = self._handle(sub, m, outcomes, batch.invoke, batch.progress, index)
+                if self._on_handled is not None and self._on_handled(sub, m):
+                    stop.set()  # the rest of the batch is handed back, as on a stop
+                if not recorded:
                     return None
-                handled += count
+                handled += 1
         except BaseException as exc:
             self.fail_outside(batch, started, exc)
             raise
@@ -230,7 +241,7 @@ class BatchRunner:
         ``on_handled`` may stop the worker.
         """
         recorded = self._handle(sub, m, outcomes, invoke, progress, index)
-        if self.hooks.on_handled(sub, m):
+        if self._on_handled is not None and self._on_handled(sub, m):
             self.stop_event.set()  # the rest of the batch is handed back, as on a stop
         return recorded
 
@@ -259,7 +270,12 @@ class BatchRunner:
         error: BaseException | None = None
         moved: int | None = None
         try:
-            moved = call.run(self._invocation(sub, call, invoke, progress))
+            if sub.spec.atomic:
+                # Also commits the fenced ack; returns the watermark it moved (None: not moved).
+                handler = self._call(sub, call, invoke, progress)
+                moved = call.run(atomic.one_message(self.store, sub, call, handler, progress))
+            else:
+                call.run(invoke, sub.spec.handler, call.received, progress)
         except atomic.Abandoned:
             # The watchdog gave the attempt up first: the transaction rolled back.
             log_late_return(sub, m, rolled_back=True)
@@ -271,15 +287,12 @@ class BatchRunner:
             error = exc
         return self._record(sub, call, error, outcomes, progress, moved)
 
-    def _invocation(
-        self, sub: Subscription, call: Call, invoke: HandlerRunner, progress: BatchProgress | None
-    ) -> Callable[[], int | None]:
-        """The handler call for this consumer: an atomic consumer's also commits its fenced ack
-        (``atomic.one_message``) and returns the watermark the ack moved (None: not moved)."""
-        handler = partial(invoke, sub.spec.handler, call.received, progress)
-        if sub.spec.atomic:
-            return atomic.one_message(self.store, sub, call, handler, progress)
-        return partial(_then_none, handler)
+    @staticmethod
+    def _call(
+        sub: Subscription, call: Call, invoke: HandlerRunner, progress: BatchProgress | None
+    ) -> Callable[[], None]:
+        """The handler call on ``call``'s message, as a function of no arguments."""
+        return partial(invoke, sub.spec.handler, call.received, progress)
 
     def _record(
         self,
@@ -296,7 +309,8 @@ class BatchRunner:
         if error is not None and sub.spec.atomic:
             atomic.rolled_back(sub, call.received, error)
         committed = bool(sub.spec.atomic)
-        decide = partial(self.writer.decide, sub, m, call.attempt, error, outcomes, committed=committed, moved=moved)
+        attempt = call.received.attempt
+        decide = partial(self.writer.decide, sub, m, attempt, error, outcomes, committed=committed, moved=moved)
         recorded = True
         if progress is None:
             decide()
@@ -368,8 +382,3 @@ class BatchRunner:
         if self.interrupted is None:
             self.interrupted = exc
         self.stop_event.set()
-
-
-def _then_none(handler: Callable[[], object]) -> None:
-    """Call ``handler()``; its return value means nothing to the queue."""
-    handler()

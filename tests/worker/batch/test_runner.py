@@ -238,14 +238,15 @@ def test_system_exit_on_the_last_attempt_dead_letters():
 def test_a_batch_killed_outside_its_handlers_hands_back_what_did_not_run(monkeypatch):
     seen = []
     runner, sub, fetched, _ = setup(lambda m: seen.append(m.offset), 3)
-    original = runner.handle
+    original = runner._handle  # the batch loop's call for each message
 
-    def handle(sub, m, outcomes, invoke, **kwargs):
-        original(sub, m, outcomes, invoke, **kwargs)
+    def handle(sub, m, outcomes, invoke, progress, index):
+        recorded = original(sub, m, outcomes, invoke, progress, index)
         if m.offset == 1:
             raise SystemExit  # as an asynchronous exception raised into the thread would
+        return recorded
 
-    monkeypatch.setattr(runner, "handle", handle)
+    monkeypatch.setattr(runner, "_handle", handle)
     with pytest.raises(SystemExit):
         runner.run(sub, fetched, {0: 0}, HandlerRunner())
     assert seen == [1]
