@@ -1,5 +1,5 @@
 """The names of the PostgreSQL notification channels, one per topic (a leaf module: the
-publisher and the workers' listener both need them; see ``notifications.py``)."""
+publisher and the workers' listener both need them; see ``worker/threads/listener.py``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The connection budget: how many database connections one worker process holds.
 
 Django opens one connection per thread and database alias, and a worker's threads keep
-theirs for the life of the process (``dbconn.py``). On the queue's alias a
+theirs for the life of the process (``db/conn.py``). On the queue's alias a
 ``runconsumer`` process holds:
 
 - **1 for the poll loop** (the main thread): polls, sequencing, deliveries, garbage
@@ -17,7 +17,7 @@ theirs for the life of the process (``dbconn.py``). On the queue's alias a
 - **1 for the scheduler** thread, when the worker fires schedules (``SQLQUEUE["SCHEDULES"]``
   is not empty and ``--no-schedules`` is not given);
 - **1 for the notification listener** on PostgreSQL (``SQLQUEUE["NOTIFY"]``, the default):
-  a connection that LISTENs for new messages of the worker's topics (``notifications.py``);
+  a connection that LISTENs for new messages of the worker's topics (``worker/threads/listener.py``);
 - **1 for the tasks backend's running marks** (``tasks/marks.py``), only in a process that
   runs a ``django.tasks`` task longer than ``OPTIONS["MARK_RUNNING_AFTER"]``: it writes such
   tasks' result rows RUNNING while they run, and closes its connection when idle;

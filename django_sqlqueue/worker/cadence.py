@@ -19,7 +19,7 @@ after work was found, and saves them while the queue is idle:
 So ``POLL_INTERVAL`` is the longest a worker with work in the last interval waits before it
 looks again, and ``POLL_INTERVAL_MAX`` the longest it ever waits. Something can also cut a
 wait short (``Worker._pause``): a batch finishing on a handler thread, a PostgreSQL
-notification that a topic it consumes got a message (``notifications.py``), a stop.
+notification that a topic it consumes got a message (``worker/threads/listener.py``), a stop.
 
 Pure arithmetic on a monotonic clock: no database, no threads.
 """

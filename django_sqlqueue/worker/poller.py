@@ -201,7 +201,7 @@ class Poller:
         Fresh messages whose ``deliver_at`` lies ahead are parked, not delivered; messages
         delivered ``max_attempts`` times already go to the DLQ without another attempt.
         A row that could not be decoded is delivered like any other: its batch
-        dead-letters it in offset order, without calling the handler (``batch.py``).
+        dead-letters it in offset order, without calling the handler (``batch/runner.py``).
         """
         by_key: dict[int, list[FetchedMessage]] = defaultdict(list)
         for m in fetched:

@@ -2,7 +2,7 @@
 
 The sequencer adds every message it numbers to its (topic, hour of ``published_at``,
 ``partition % TOPIC_HOUR_SLOTS``) counter in the numbering transaction; the report reads
-the counters (``ReportStore.messages_per_hour``), so a topic whose log was
+the counters (``MessageReportStore.messages_per_hour``), so a topic whose log was
 garbage-collected still shows; garbage collection prunes counters older than
 ``STATS_RETENTION``. The report's HTML over them: tests/spark/test_pipelines.py.
 """

@@ -124,7 +124,7 @@ def write_messages(
         if rows:
             try:
                 # On PostgreSQL the INSERT also notifies the topic's channel (delivered on
-                # commit only): workers listening for it poll at once (notifications.py).
+                # commit only): workers listening for it poll at once (worker/threads/listener.py).
                 notify = channel_for(topic) if conf.NOTIFY and dialect.supports_notify else None
                 raced = dialect.insert_messages(cursor, topic, rows, skip_duplicates=bool(explicit), notify=notify)
             except OperationalError as exc:

@@ -3,7 +3,7 @@
 ``@consumer(..., atomic=True)`` runs the handler inside ``transaction.atomic()`` on the
 queue's database (``SQLQUEUE['DATABASE']``) and, at its end, in that same transaction,
 writes the message's ack and the watermark move it allows
-(:meth:`~django_sqlqueue.db.store.acks.AckStore.ack_in_transaction`). Either the handler's
+(:meth:`~django_sqlqueue.db.store.atomic_acks.AtomicAckStore.ack_in_transaction`). Either the handler's
 writes, its ``publish()`` calls and the ack all commit, or none of it does: a crash, a
 ``kill -9`` or a lost lease at any instant leaves no half-done effect, and a redelivery
 never finds the effect already applied. ``atomic="batch"`` does the same for a whole

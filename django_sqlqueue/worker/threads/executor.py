@@ -256,7 +256,7 @@ class PartitionExecutor:
                 self._current[me] = job
             try:
                 job.run(runner)
-            except BaseException:  # the batch handed back what it could (batch.py)
+            except BaseException:  # the batch handed back what it could (batch/runner.py)
                 logger.exception("batch of partition(s) %s failed outside its handlers", job.partitions)
                 close_all_quietly()
             finally:
