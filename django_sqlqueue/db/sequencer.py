@@ -83,6 +83,7 @@ from typing import Any
 from ..conf import get_settings
 from ..models import TOPIC_HOUR_SLOTS
 from .dialects import Dialect
+from .session import bound_engine_transaction
 from .store.base import StoreBase, in_list
 from .store.topics import TopicStore
 
@@ -173,6 +174,9 @@ class Sequencer(StoreBase):
         d, P = self.dialect, self.P
         kept: dict[int, _Ahead] = {}
         with self.transaction() as cursor:
+            # An inline worker's poll loop runs handlers too: bound this transaction's idle
+            # time before it takes the head locks (db/session.py; nothing elsewhere).
+            bound_engine_transaction(self.connection, cursor)
             cursor.execute(
                 f"SELECT {P}, head_offset FROM queue_partitions WHERE topic = %s AND {P} IN ({in_list(partitions)}) "
                 f"ORDER BY {P} {d.for_update}",

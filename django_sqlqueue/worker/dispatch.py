@@ -37,6 +37,7 @@ from typing import Protocol
 from ..conf import QueueSettings
 from ..db.conn import close_all_quietly, tidy_connections
 from ..db.retry import Retrying
+from ..db.session import handler_thread_connections
 from ..db.store import FetchedMessage, QueueStore
 from ..instruments import NO_INSTRUMENTS, Instruments
 from .batch.handlers import HandlerRunner
@@ -230,7 +231,16 @@ def choose(
     """
     if not handler_threads:
         return Inline(batches, invoke)
-    executor = PartitionExecutor(concurrency, on_death=on_death, finished=finished, start=False)
+    # Each handler thread's engine transactions (its batches' fenced outcome writes) carry
+    # the poll loop's idle bound; its handlers' transactions do not (db/session.py).
+    bound = batches.conf.LEASE_DURATION - batches.conf.LEASE_RENEW_INTERVAL
+    executor = PartitionExecutor(
+        concurrency,
+        on_death=on_death,
+        finished=finished,
+        start=False,
+        thread_context=functools.partial(handler_thread_connections, batches.store.using, bound),
+    )
     watchdog = Watchdog(executor, batches.store, batches, db=batches.db, on_stuck=on_death, instruments=instruments)
     kind = OneHandlerThread if concurrency == 1 else HandlerPool
     return kind(batches, executor, watchdog, outage, invoke)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import nullcontext
 
 from django.db import connections
 
@@ -39,7 +38,7 @@ from ..consumers import ConsumerSpec
 from ..db.conn import close_quietly, tidy_connections
 from ..db.retry import Retrying
 from ..db.sequencer import Sequencer
-from ..db.session import engine_connections
+from ..db.session import engine_connections, handler_thread_connections
 from ..db.store import QueueStore
 from ..exceptions import ConfigurationError, HandlersStuck, WorkerCrashed
 from ..instruments import NO_INSTRUMENTS, Instruments
@@ -284,13 +283,14 @@ class Worker:
     def _loop(self) -> None:
         conf = self.conf
         # A worker frozen inside one of the loop's transactions must not hold its locks
-        # (lease fence, sequencer heads) past the moment its leases may be stolen. Not when
-        # handlers run on this thread (``--concurrency 1`` and no handler timeout): their
-        # own transactions may idle.
+        # (lease fence, sequencer heads) past the moment its leases may be stolen. When
+        # handlers run on this thread (``--concurrency 1`` and no handler timeout), only the
+        # engine's transactions are bounded: the handlers' own may idle (db/session.py).
+        bound = conf.LEASE_DURATION - conf.LEASE_RENEW_INTERVAL
         frozen_guard = (
-            engine_connections(self.store.using, conf.LEASE_DURATION - conf.LEASE_RENEW_INTERVAL)
+            engine_connections(self.store.using, bound)
             if self.uses_handler_threads
-            else nullcontext()
+            else handler_thread_connections(self.store.using, bound)
         )
         with frozen_guard:
             self._rounds()

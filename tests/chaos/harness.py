@@ -79,6 +79,10 @@ class Plan:
     #: Seconds between two faults; a SIGSTOP lasts stop_seconds, a restart keeps the server down_seconds.
     gap: float = 2.2
     stop_seconds: float = LEASE_DURATION + 2.5
+    #: SIGSTOPs inside a batch's outcome transaction (lease rows share-locked), early in the
+    #: run, for longer than a normal SIGSTOP: others must take its partitions *before* SIGCONT.
+    pauses_in_fence: int = 1
+    fence_stop_seconds: float = LEASE_DURATION + 5.0
     down_seconds: float = 3.0
     #: The hung message is published after this fraction of the others.
     hang_at: float = 0.12
@@ -99,6 +103,8 @@ class Plan:
         step = len(faults) / (len(rare) + 1)
         for i, kind in enumerate(rare):
             faults.insert(round(step * (i + 1)) + i, kind)
+        for _ in range(self.pauses_in_fence):
+            faults.insert(1, "fence")
         return faults
 
 
@@ -308,6 +314,41 @@ class ChaosRun(FaultRun):
                   detail=f"stopped {self.plan.stop_seconds:.1f}s in a handler of {paused.group} p{paused.partition}")
         )  # fmt: skip
 
+    def pause_in_fence(self) -> None:
+        """SIGSTOP inside a handler thread's outcome transaction, its lease rows share-locked
+        (tests/chaos/chaosapp/consumers.py, ``freeze_in_fence``), SIGCONT after longer than a lease."""
+        chosen = self.victim()
+        if chosen is None:
+            return
+        slot, process = chosen
+        request = self.directory / f"ackpause-{process.pid}"
+        asked = time.monotonic()
+        request.touch()
+        deadline = asked + 10
+        paused: Record | None = None
+        while paused is None:
+            self.ledger.refresh()
+            paused = next(
+                (r for r in self.ledger.records if r.kind == "ackpause" and r.pid == process.pid and r.start >= asked),
+                None,
+            )
+            if paused is None and (time.monotonic() > deadline or not process.alive()):
+                try:
+                    request.unlink()
+                    self.log(f"{slot} (pid {process.pid}) wrote no outcome on a handler thread in 10 s: no pause")
+                    return
+                except FileNotFoundError:  # taken just now: its record follows
+                    deadline = time.monotonic() + 5
+            time.sleep(0.02)
+        time.sleep(max(0.0, paused.start + self.plan.fence_stop_seconds - time.monotonic()))
+        offset = len(process.log())
+        until = time.monotonic()
+        process.signal(signal.SIGCONT)
+        self.faults.append(
+            Fault("SIGSTOP in ack", paused.start, process.pid, slot, until=until, log_offset=offset,
+                  detail=f"stopped {self.plan.fence_stop_seconds:.1f}s in an ack of {paused.group} p{paused.partition}")
+        )  # fmt: skip
+
     def connection_kill(self) -> None:
         chosen = self.victim()
         if chosen is None:
@@ -364,6 +405,7 @@ class ChaosRun(FaultRun):
             "kill": self.kill9,
             "stop": self.sigstop,
             "pause": self.pause_in_handler,
+            "fence": self.pause_in_fence,
             "conn": self.connection_kill,
             "restart": self.restart,
         }

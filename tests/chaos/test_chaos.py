@@ -58,6 +58,17 @@ def test_nothing_is_lost_and_order_holds_under_chaos(kind: str, chaos_report: Ca
         # SIGCONT, of partitions taken meanwhile, is redelivered (and there was some).
         assert report.late_fenced >= 1, "no SIGSTOP left a late ack to fence: the fencing check proved nothing"
         assert kinds.count("server restart") == 1
+        # Frozen inside a batch's outcome transaction (its lease rows share-locked): the
+        # server ends that session once it idled past the bound (db/session.py), so others
+        # take its partitions while it is still stopped, not after SIGCONT.
+        fenced = [f for f in report.faults if f.kind == "SIGSTOP in ack"]
+        assert fenced, "no worker was stopped inside its outcome transaction"
+        for fault in fenced:
+            assert fault.until is not None and fault.recovery is not None, fault
+            assert fault.at + fault.recovery < fault.until - 1.0, (
+                f"its partitions resumed only {fault.recovery:.1f}s after the stop, at SIGCONT: the frozen "
+                f"transaction kept its locks ({fault})"
+            )
         conn_kills = [f for f in report.faults if f.kind == "connection kill"]
         assert conn_kills and any(not f.detail.endswith("x0") for f in conn_kills), conn_kills
         for fault in report.faults:

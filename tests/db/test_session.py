@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from contextlib import nullcontext
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
-from django_sqlqueue.db.session import engine_connections
+from django_sqlqueue.db.session import engine_connections, handler_section, handler_thread_connections
 from django_sqlqueue.models import PartitionLease
 
 from ..support.engine_helpers import by_vendor, db_now, requires_vendor, store
@@ -27,6 +28,7 @@ pytestmark = [
 ]
 
 TOPIC = "es.topic"
+MARK = dt.datetime(2001, 2, 3, 4, 5, 6, tzinfo=dt.UTC)
 
 
 @pytest.fixture(autouse=True)
@@ -129,3 +131,108 @@ def test_the_setting_is_applied_to_the_open_connection_and_every_reconnect_insid
     three = by_vendor(mysql="3", postgresql="3s")
     assert outcome["seen"] == ["0", three, three, "0", "0"]
     assert idle_timeout_setting() == "0"  # this thread's connection is not an engine connection
+
+
+# -- threads that run handlers too (handler threads, an inline worker's poll loop) --------------
+
+
+def test_a_handler_threads_frozen_fenced_transaction_is_ended_so_its_expired_lease_can_be_stolen():
+    """A batch's outcome writes (acks, nacks, dead letters) on a handler thread: the same bound."""
+    expired_lease_of_w1()
+    locked, resume, outcome = threading.Event(), threading.Event(), {}
+
+    def holder() -> None:
+        try:
+            s = store()
+            with handler_thread_connections(s.using, 1):
+                # A handler ran first (it used the database: on MariaDB the session is back at the default).
+                with handler_section():
+                    assert idle_timeout_setting() == "0"
+                with s.transaction() as cursor:
+                    outcome["held"] = s.lock_held(cursor, "g", TOPIC, "w1", [0])
+                    locked.set()
+                    resume.wait(30)
+                    cursor.execute("SELECT 1")
+            outcome["committed"] = True
+        except DatabaseError as exc:
+            outcome["error"] = exc
+        finally:
+            locked.set()
+            connection.close()
+
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    assert locked.wait(10)
+    assert outcome.get("held") == {0}, outcome
+    short_lock_wait()
+    assert store().acquire_leases("g", TOPIC, [0], "w2", 30) == [0]
+    resume.set()
+    thread.join(30)
+    assert "committed" not in outcome and isinstance(outcome.get("error"), DatabaseError), outcome
+    assert PartitionLease.objects.get(topic=TOPIC).leased_by == "w2"
+
+
+def test_a_handlers_own_transaction_on_such_a_thread_may_idle_and_the_next_fence_is_bounded_again():
+    expired_lease_of_w1()
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            s = store()
+            with handler_thread_connections(s.using, 1):
+                with s.transaction() as cursor:  # a batch's outcome writes: bounded
+                    assert s.lock_held(cursor, "g", TOPIC, "w1", [0]) == {0}
+                    outcome["fence"] = idle_timeout_setting()
+                with handler_section(), transaction.atomic():
+                    # The handler's own transaction idles past the bound and commits.
+                    outcome["handler"] = idle_timeout_setting()
+                    time.sleep(2.5)
+                    PartitionLease.objects.filter(topic=TOPIC).update(leased_at=MARK)
+                with s.transaction() as cursor:  # the next outcome writes: bounded again
+                    assert s.lock_held(cursor, "g", TOPIC, "w1", [0]) == {0}
+                    outcome["next fence"] = idle_timeout_setting()
+            outcome["after"] = idle_timeout_setting()  # the thread's session: the default again
+        except DatabaseError as exc:
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert "error" not in outcome, outcome
+    one = by_vendor(mysql="1", postgresql="1s")
+    assert outcome == {"fence": one, "handler": "0", "next fence": one, "after": "0"}
+    assert PartitionLease.objects.get(topic=TOPIC).leased_at == MARK
+
+
+def test_a_handler_that_does_not_use_the_database_costs_no_statement():
+    """MariaDB keeps the session's bound across handlers that send nothing (the lazy reset)."""
+    if connection.vendor != "mysql":
+        pytest.skip("PostgreSQL bounds each fenced transaction with SET LOCAL instead")
+    expired_lease_of_w1()
+    seen: list[str] = []
+
+    def run() -> None:
+        s = store()
+        try:
+            with handler_thread_connections(s.using, 1):
+                with s.transaction() as cursor:
+                    s.lock_held(cursor, "g", TOPIC, "w1", [0])
+                statements: list[str] = []
+                with (
+                    handler_section(),
+                    connection.execute_wrapper(
+                        lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)
+                    ),
+                ):
+                    pass  # a handler that does not touch the database
+                seen.extend(statements)
+                seen.append(idle_timeout_setting())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert seen == ["1"]

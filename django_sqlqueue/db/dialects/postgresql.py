@@ -67,6 +67,10 @@ class PostgreSQLDialect(Dialect):
         value = "DEFAULT" if seconds is None else int(seconds) * 1000
         return f"SET idle_in_transaction_session_timeout = {value}"
 
+    def idle_transaction_local_sql(self, seconds: int) -> str | None:
+        # SET LOCAL: this transaction only; a rollback or commit puts the session's value back.
+        return f"SET LOCAL idle_in_transaction_session_timeout = {int(seconds) * 1000}"
+
     def listen_sql(self, channel: str) -> str:
         """``LISTEN "<channel>"`` (a quoted identifier: the channel is a topic's name)."""
         return f"LISTEN {self.qn(channel)}"

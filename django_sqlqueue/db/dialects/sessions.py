@@ -49,6 +49,16 @@ class Sessions(SqlFragments):
         resumes."""
         return None
 
+    def idle_transaction_local_sql(self, seconds: int) -> str | None:
+        """The statement that bounds the idle time of the *current transaction only* (run
+        inside it; the session's value is back at its end, commit or rollback), as
+        :meth:`idle_transaction_timeout_sql` does for the session; None where only the
+        session can be bounded (MariaDB) or nothing can (SQLite, MySQL).
+
+        Used on threads that run handlers as well as fenced writes (``db/session.py``):
+        there the bound must cover the engine's transactions and never the handlers'."""
+        return None
+
     def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
         """The limits on this account's connections: ``(what, limit, in_use)`` each, e.g.
         ``("max_connections", 151, 42)``; none where the server has no such limit (SQLite)."""

@@ -12,6 +12,7 @@ from django.db import connections, transaction
 from ...models import DeliveryState
 from ..dialects import Dialect, get_dialect
 from ..dialects.base import in_list
+from ..session import bound_engine_transaction
 
 IN_FLIGHT = DeliveryState.Status.IN_FLIGHT.value
 RETRY = DeliveryState.Status.RETRY.value
@@ -128,6 +129,9 @@ class StoreBase:
         if not partitions:
             return set()
         wanted = sorted(set(partitions))
+        # First statement of the fenced transaction: on a thread that runs handlers too, a
+        # freeze from here to COMMIT must not keep these share locks (db/session.py).
+        bound_engine_transaction(self.connection, cursor)
         cursor.execute(
             f"SELECT {self.P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
             f"AND leased_by = %s AND {self.P} IN ({in_list(wanted)}) ORDER BY {self.P} {self.dialect.for_share}",

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ... import signals
+from ...db.session import handler_section
 from ...db.store import SCHEDULED, FetchedMessage
 from ...exceptions import Reject, Retry
 from ...rules import dlq
@@ -122,10 +123,12 @@ class Call:
         publishes are the span's children); :attr:`duration` is set whether it returns or raises."""
         began = time.monotonic()
         try:
-            if self.span is None:
-                return fn(*args)
-            with self.span:
-                return fn(*args)
+            # The handler's own transactions are never under the engine's idle bound.
+            with handler_section():
+                if self.span is None:
+                    return fn(*args)
+                with self.span:
+                    return fn(*args)
         finally:
             self.duration = time.monotonic() - began
 

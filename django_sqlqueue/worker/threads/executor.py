@@ -47,6 +47,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from ...db.conn import close_all_quietly
@@ -96,17 +97,20 @@ class PartitionExecutor:
         on_death: Callable[[DeadThread], None] | None = None,
         finished: threading.Event | None = None,
         start: bool = True,
+        thread_context: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         """``on_death(dead)`` is called on a handler thread that dies (see the module docstring).
         ``finished``: the event to set when a batch finishes (the worker passes the one its
         poll loop sleeps on; default: a new one). ``start``: start the threads now (False:
         at :meth:`start`; the worker builds its executor with its other parts and starts
-        the threads once its leases are taken)."""
+        the threads once its leases are taken). ``thread_context``: entered by each handler
+        thread around its whole life (the worker's: ``db.session.handler_thread_connections``)."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
         self._name = name
         self._on_death = on_death
+        self._thread_context = thread_context or nullcontext
         #: Handler threads that died (normally none).
         self.dead: list[DeadThread] = []
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -230,7 +234,8 @@ class PartitionExecutor:
     def _thread_main(self) -> None:
         runner = HandlerRunner()
         try:
-            self._serve(runner)
+            with self._thread_context():
+                self._serve(runner)
         except BaseException as exc:  # noqa: BLE001 - logged and reported to the worker, which stops
             dead = DeadThread(f"handler {threading.current_thread().name}", exc)
             with self._lock:

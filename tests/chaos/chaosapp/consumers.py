@@ -15,6 +15,9 @@ Both have a ``max_attempts`` far above what the faults can cost a message, so no
 carries one message whose handler never returns (group ``batch``, ``max_attempts=2``, a
 handler timeout of 3 s): it must end in ``chaos.hang_dlq`` without stalling the rest.
 
+On request the handler threads also stop their process inside a batch's outcome transaction
+(``freeze_in_fence``, an execute wrapper): the lease rows share-locked, nothing committed.
+
 A record is one line, written with one ``write()`` to a file opened ``O_APPEND`` (atomic
 between the threads of a ``--concurrency`` worker) before the handler returns, so it
 survives a ``kill -9`` of the process right after; a handling whose process died before
@@ -30,6 +33,8 @@ import signal
 import threading
 import time
 from typing import Any
+
+from django.db.backends.signals import connection_created
 
 from django_sqlqueue import ReceivedMessage, consumer
 
@@ -89,6 +94,41 @@ def handle(message: ReceivedMessage) -> None:
             # not the fault meant here. Wait for the stop in the handler.
             time.sleep(0.2)
     record("handled", message, start)
+
+
+#: Created by the harness to have this process stopped inside a batch's outcome transaction.
+ACK_PAUSE_REQUEST = os.path.join(DIRECTORY, f"ackpause-{PID}")
+_FENCE = ("queue_partition_leases", "SHARE")
+
+
+def freeze_in_fence(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+    """An execute wrapper on the handler threads' connections: when the harness asks, run the
+    fence of a batch's outcome writes (``lock_held``: the lease rows share-locked) and stop
+    the process right after it, inside that transaction, with the locks held."""
+    result = execute(sql, params, many, context)
+    if (
+        all(part in sql for part in _FENCE)
+        and threading.current_thread().name.startswith("sqlqueue-handler")
+        and os.path.exists(ACK_PAUSE_REQUEST)
+    ):
+        try:
+            os.unlink(ACK_PAUSE_REQUEST)
+        except FileNotFoundError:  # another handler thread took the request
+            return result
+        group, topic, _name, partition = params[0], params[1], params[2], params[3]
+        fields = ("ackpause", group, topic, partition, -1, "", "", -1, 0, PID, SLOT, f"{time.monotonic():.6f}")
+        os.write(_fd, ("\t".join(map(str, (*fields, fields[-1]))) + "\n").encode())
+        os.kill(PID, signal.SIGSTOP)
+        time.sleep(0.2)  # the group stop reaches this thread here, before the COMMIT (see handle())
+    return result
+
+
+def _watch_fences(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if freeze_in_fence not in connection.execute_wrappers:
+        connection.execute_wrappers.append(freeze_in_fence)
+
+
+connection_created.connect(_watch_fences, dispatch_uid="chaosapp.freeze_in_fence")
 
 
 def hang(message: ReceivedMessage) -> None:
