@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from .backend import SQLQueueBackend  # noqa: F401
     from .keys import enqueue_in_order, ordering_key  # noqa: F401
     from .timeouts import task_timeout  # noqa: F401
+    from .trust import UntrustedTask  # noqa: F401
 
 _EXPORTS = {
     "SQLQueueBackend": "backend",
     "ordering_key": "keys",
     "enqueue_in_order": "keys",
     "task_timeout": "timeouts",
+    "UntrustedTask": "trust",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,9 @@ Mapping (see docs/tasks.md):
 - the task is run by consumer group ``tasks`` (``OPTIONS["GROUP"]``) of ``runconsumer``;
 - the TaskResult id is the message id, so ``enqueue`` is a ``publish()`` and joins the
   caller's transaction; ``run_after`` is the message's ``deliver_at``;
-- failed tasks are the dead letters of the topic (``tasks.<name>_dlq``).
+- failed tasks are the dead letters of the topic (``tasks.<name>_dlq``);
+- a worker runs only the tasks ``trust.py`` vouches for (declared for this backend, in a
+  module it may look up); ``enqueue`` refuses the others, which a worker would refuse.
 
 Priorities are refused (``supports_priority = False``: ``validate_task`` raises
 ``InvalidTask`` for a priority other than the default), as the contract asks of a backend
@@ -45,6 +47,7 @@ from .lookup import load_result
 from .marks import DEFAULT_MARK_RUNNING_AFTER
 from .replay import replay_task
 from .timeouts import parse_timeout
+from .trust import UntrustedTask, trusted_task
 
 #: Keys of ``OPTIONS``.
 OPTION_KEYS = frozenset(
@@ -168,8 +171,8 @@ class SQLQueueBackend(BaseTaskBackend):
         self.sqlqueue = parse_options(alias, self.options)
         if not self.queues:
             raise ConfigurationError(f"TASKS[{alias!r}]['QUEUES'] must name at least one queue.")
-        for name in sorted(self.queues):
-            self.topic_for(name)  # validates the queue name as part of a topic
+        # Validates each queue name as part of a topic; kept: a worker asks for every message.
+        self._topics = {name: self.topic_for(name) for name in sorted(self.queues)}
         for key, value in (("TIMEOUT", self.sqlqueue.timeout), ("ATOMIC", self.sqlqueue.atomic)):
             unknown = sorted(set(value) - set(self.queues)) if isinstance(value, dict) else []
             if unknown:
@@ -193,7 +196,7 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def topics(self) -> dict[str, str]:
         """Queue name -> topic, for every queue of the backend."""
-        return {name: self.topic_for(name) for name in sorted(self.queues)}
+        return dict(self._topics)
 
     def dead_letter_topic(self, queue_name: str) -> str:
         """Return the dead-letter topic of ``queue_name`` (where its failed tasks are)."""
@@ -220,6 +223,12 @@ class SQLQueueBackend(BaseTaskBackend):
         """:meth:`enqueue` with a chosen result id (idempotent: the same id is stored once)
         and ordering key (default: the enclosing ``ordering_key()`` block's)."""
         self.validate_task(task)
+        # Refuse here what a worker would refuse (trust.py): e.g. a task declared for another
+        # backend and moved to this one with .using(backend=...).
+        try:
+            trusted_task(task.module_path, alias=self.alias, queues=self.queues, queue_name=task.queue_name)
+        except UntrustedTask as exc:
+            raise InvalidTask(f"{exc}; a worker of this backend would refuse it.") from exc
         # Without a chosen id the message's fresh random id is the result id: a new id needs
         # no look-up for an earlier publish, so the enqueue is one INSERT.
         result_id = validate_message_id(id) if id is not None else None

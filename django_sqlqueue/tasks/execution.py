@@ -14,6 +14,9 @@ with the usual consumer semantics:
   ``BACKOFF_MAX``), until ``MAX_ATTEMPTS``; its result says READY with the error in
   ``errors`` meanwhile, then FAILED and the message goes to the dead-letter topic;
 - ``django_sqlqueue.Retry(delay=...)`` retries after that delay, ``Reject`` fails at once;
+- a message naming a task the backend does not run (``trust.py``) is never run: it is
+  dead-lettered at once (``UntrustedTask``, a ``Reject``) and its result row says FAILED
+  with the reason (:meth:`TaskHandler.refused`);
 - a worker killed mid-task leaves the message delivered but not acked: another worker
   runs it again once the visibility timeout has passed (the result shows the attempt);
 - a task that overruns its timeout (``tasks/timeouts.py``) is a failed attempt: the
@@ -46,10 +49,12 @@ from . import results
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
 from .marks import marks
 from .timeouts import timeout_of
+from .trust import MAX_PATH_LENGTH, UntrustedTask, message_task, queue_of_topic
 
 if TYPE_CHECKING:
     from ..consumers import ReceivedMessage
     from .backend import SQLQueueBackend
+    from .compat import Task
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +79,26 @@ class TaskHandler:
 
         return task_backends[self.alias]  # type: ignore[return-value]
 
+    def task_of(self, message: ReceivedMessage) -> Task:
+        """The task the message names, if this backend runs it; else raise ``UntrustedTask``
+        saying why (the rule: ``trust.py``)."""
+        return message_task(self.alias, self.backend().topics(), message.topic, message.payload)
+
+    def _task_or_none(self, payload: Any, topic: str | None = None) -> Task | None:
+        """The task of a message that ran already (for a signal), or None. Without
+        ``topic``: the topic of the payload's queue, which ``task_of`` found to be its own."""
+        try:
+            backend = self.backend()
+            queue_topic = topic if topic is not None else backend.topic_for(payload["queue_name"])
+            return message_task(self.alias, backend.topics(), queue_topic, payload)
+        except Exception:  # noqa: BLE001 - the result is recorded; only the signal needs the task
+            return None
+
     def timeout_for(self, message: ReceivedMessage) -> float | None:
         """The task's own timeout (``task_timeout``), or None: its queue's."""
         try:
-            task = results.resolve_task(message.payload["task"])
-        except Exception:  # noqa: BLE001 - the handler rejects it with the reason
+            task = self.task_of(message)
+        except Exception:  # noqa: BLE001 - the handler refuses it with the reason
             return None
         return timeout_of(task)
 
@@ -90,15 +110,14 @@ class TaskHandler:
         marks.write_now(result_id)
         record = results.time_out(result_id, error=error, final=final)
         if record is not None and final:
-            try:
-                task = results.resolve_task(payload["task"], payload.get("queue_name"))
-            except Exception:  # noqa: BLE001 - the result is recorded; only the signal needs the task
-                return
-            task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
+            task = self._task_or_none(payload)
+            if task is not None:
+                task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
 
     def begin_attempt(self, message: ReceivedMessage) -> None:
         """Atomic queues: record the attempt RUNNING before the consumer's transaction begins."""
         try:
+            self.task_of(message)  # a refused task: no RUNNING row (rolled_back records the refusal)
             record = self._begin(message)
         except Exception:  # noqa: BLE001 - __call__ records the attempt (or rejects the task) itself
             self._begun.entry = None
@@ -107,15 +126,54 @@ class TaskHandler:
 
     def rolled_back(self, message: ReceivedMessage, error: BaseException, final: bool) -> None:
         """Atomic queues: the task raised and its transaction rolled back: record the failed attempt."""
+        if isinstance(error, UntrustedTask):
+            self._taken(message)
+            self.refused(message, error)
+            return
         record = self._taken(message) or self._begin(message)
         if record is None:
             return
         if results.finish(record, error=error, final=final) and final:
-            try:
-                task = results.resolve_task(message.payload["task"], message.payload.get("queue_name"))
-            except Exception:  # noqa: BLE001 - the result is recorded; only the signal needs the task
-                return
-            task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
+            task = self._task_or_none(message.payload, message.topic)
+            if task is not None:
+                task_finished.send(type(self.backend()), task_result=results.to_result(record, task))
+
+    def refused(self, message: ReceivedMessage, error: UntrustedTask) -> None:
+        """Record a refused task message: its result row FAILED with ``error`` (never run).
+
+        Best effort: the message is dead-lettered with the reason whatever happens here.
+        No ``task_finished``: it needs the ``Task``, which was not looked up. A payload that
+        is not an object names no task: no row.
+        """
+        payload = message.payload
+        if not isinstance(payload, dict):
+            return
+        path = payload.get("task")
+        shown = (path if isinstance(path, str) else repr(path))[:MAX_PATH_LENGTH]
+        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
+        result_id = payload.get("result_id") or message.id
+        if not isinstance(result_id, str):
+            result_id = message.id
+        try:
+            results.record_refusal(
+                backend_alias=self.alias,
+                result_id=result_id,
+                replayed=result_id != message.id,
+                payload={
+                    "task": shown,
+                    "args": args if isinstance(args, list) else [],
+                    "kwargs": kwargs if isinstance(kwargs, dict) else {},
+                    "queue_name": queue_of_topic(self.backend().topics(), message.topic) or "",
+                },
+                topic=message.topic,
+                key=message.key,
+                enqueued_at=message.created_at,
+                worker_id=WORKER_ID,
+                attempt=message.attempt,
+                error=error,
+            )
+        except Exception:  # the dead letter says why; the row is a convenience
+            logger.exception("could not record a refused task's result id=%s topic=%s", message.id, message.topic)
 
     def _taken(self, message: ReceivedMessage, *, keep: bool = False) -> Any:
         """The record ``begin_attempt`` made for this delivery (False: the task had finished;
@@ -129,6 +187,11 @@ class TaskHandler:
 
     def _begin(self, message: ReceivedMessage, *, lazy: bool = False) -> Any:
         payload = message.payload
+        # The row's queue is the topic's (task_of checked that a queue_name in the payload
+        # says the same; a message written without one, by a backfill, gets it here).
+        queue = queue_of_topic(self.backend().topics(), message.topic)
+        if queue is not None and payload.get("queue_name") != queue:
+            payload = {**payload, "queue_name": queue}
         # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
         result_id = payload.get("result_id") or message.id
         replayed = result_id != message.id
@@ -149,9 +212,13 @@ class TaskHandler:
         backend = self.backend()
         payload = message.payload
         try:
-            task = results.resolve_task(payload["task"], payload.get("queue_name"))
-        except Exception as exc:
-            raise Reject(f"cannot load task {payload.get('task')!r}: {type(exc).__name__}: {exc}") from exc
+            task = self.task_of(message)
+        except UntrustedTask as exc:
+            # Dead-lettered at once (a Reject). In an atomic consumer's transaction the row is
+            # written after its rollback (rolled_back), not here.
+            if not message._atomic:
+                self.refused(message, exc)
+            raise
         if tracing.ENABLED:  # the worker's process span names the task
             tracing.set_current_attributes({tracing.TASK_NAME: task.module_path})
         # In an atomic consumer's transaction (atomic.py): the attempt was begun before it,

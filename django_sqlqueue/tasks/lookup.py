@@ -12,6 +12,10 @@ A task's state lives in two places, and :func:`load_result` reads them in order:
    is FAILED, with the dead letter's error.
 
 Plain reads, no lock. What it needs of the backend is the :class:`TaskQueues` protocol.
+
+The task a row or message names is looked up by the rule of ``trust.py``, as the worker
+does: nothing outside the installed apps is imported, and a task the backend would not
+run raises ``UntrustedTask`` (a ``TaskResult`` needs its ``Task``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any, Protocol
 from ..conf import get_settings
 from ..models import Message
 from ..task_models import TaskResultRecord
-from .compat import TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
-from .results import FINISHED, resolve_task, to_result
+from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
+from .results import FINISHED, to_result
+from .trust import message_task, queue_of_topic, trusted_task
 
 
 class TaskQueues(Protocol):
@@ -48,16 +53,19 @@ class TaskQueues(Protocol):
 def load_result(backend: TaskQueues, result_id: str) -> TaskResult:
     """Return the state of task ``result_id`` (see the module docstring).
 
-    Raise ``TaskResultDoesNotExist`` when neither a row, a message nor a dead letter has it.
+    Raise ``TaskResultDoesNotExist`` when neither a row, a message nor a dead letter has it,
+    ``UntrustedTask`` when the task it names is not one the backend runs.
     """
     using = get_settings().DATABASE
     topics = backend.topics()
     record = TaskResultRecord.objects.using(using).filter(id=result_id, backend=backend.alias).first()
     if record is not None:
-        task = resolve_task(record.task_path, record.queue_name)
+        # A row written before rows recorded their topic's queue may have none: its topic's.
+        queue = record.queue_name or queue_of_topic(topics, record.topic) or ""
+        task = trusted_task(record.task_path, alias=backend.alias, queues=topics.keys(), queue_name=queue)
         result = to_result(record, task)
         if record.status not in FINISHED:
-            dead = _dead_letter(backend, result_id, [record.queue_name])
+            dead = _dead_letter(backend, result_id, [queue])
             if dead is not None:
                 _mark_dead(result, dead)
         return result
@@ -68,18 +76,19 @@ def load_result(backend: TaskQueues, result_id: str) -> TaskResult:
         .first()
     )
     if message is not None:
-        return _from_message(backend, result_id, message.payload, message.created_at)
+        return _from_message(backend, result_id, message.payload, message.topic, message.created_at)
     dead = _dead_letter(backend, result_id, list(topics))
     if dead is not None:
-        original = dead.payload
-        result = _from_message(backend, result_id, original, dead.created_at)
+        result = _from_message(backend, result_id, dead.payload, dead.original_topic, dead.created_at)
         _mark_dead(result, dead)
         return result
     raise TaskResultDoesNotExist(result_id)
 
 
-def _from_message(backend: TaskQueues, result_id: str, payload: dict[str, Any], created: dt.datetime) -> TaskResult:
-    task = resolve_task(payload["task"], payload.get("queue_name"))
+def _from_message(
+    backend: TaskQueues, result_id: str, payload: dict[str, Any], topic: str, created: dt.datetime
+) -> TaskResult:
+    task: Task = message_task(backend.alias, backend.topics(), topic, payload)
     return TaskResult(
         task=task,
         id=result_id,

@@ -27,7 +27,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ..conf import get_settings
 from ..task_models import TaskResultRecord
@@ -39,16 +38,6 @@ FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 #: Recorded in ``worker_ids`` for an attempt whose worker died before its row was written
 #: (lazy RUNNING: killed within ``MARK_RUNNING_AFTER`` of its start).
 UNRECORDED_WORKER = "unrecorded"
-
-
-def resolve_task(path: str, queue_name: str | None = None) -> Task:
-    """Return the ``Task`` object at ``path`` (a module-level ``@task``), with its queue."""
-    obj = import_string(path)
-    if not isinstance(obj, Task):
-        raise TypeError(f"{path} is a {type(obj).__name__}, not a django.tasks Task")
-    if queue_name and obj.queue_name != queue_name:
-        obj = obj.using(queue_name=queue_name)
-    return obj
 
 
 def _errors(raw: list[dict[str, str]]) -> list[TaskError]:
@@ -228,6 +217,48 @@ def _merge(record: TaskResultRecord) -> bool:
         record.started_at = found.started_at
         record.save(using=using, force_update=True)
     return True
+
+
+def record_refusal(
+    *,
+    backend_alias: str,
+    result_id: str,
+    replayed: bool,
+    payload: dict[str, Any],
+    topic: str,
+    key: str,
+    enqueued_at: dt.datetime,
+    worker_id: str,
+    attempt: int,
+    error: BaseException,
+) -> bool:
+    """Record a task message the backend refused (``trust.py``): its row FAILED with ``error``.
+
+    ``payload``: the row's fields as the refusal found them, made storable by the caller.
+    A replayed message (``replayed``: its ``result_id`` is not its own id) is recorded
+    only on a row of its own task path -- a forged ``result_id`` cannot fail another
+    task's result. False when nothing was written (that, or the row is finished already).
+    """
+    using = get_settings().DATABASE
+    if replayed:
+        own = TaskResultRecord.objects.using(using).filter(
+            id=result_id, backend=backend_alias, task_path=payload["task"]
+        )
+        if not own.exists():
+            return False
+    record = begin(
+        backend_alias=backend_alias,
+        result_id=result_id,
+        payload=payload,
+        topic=topic,
+        key=key,
+        enqueued_at=enqueued_at,
+        worker_id=worker_id,
+        first_attempt=attempt == 1 and not replayed,
+        earlier_attempts=0 if replayed else attempt - 1,
+        lazy=True,  # a first attempt: one INSERT of the final row
+    )
+    return record is not None and finish(record, error=error, final=True)
 
 
 def time_out(result_id: str, *, error: BaseException, final: bool) -> TaskResultRecord | None:

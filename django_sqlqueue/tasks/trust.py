@@ -1,0 +1,145 @@
+"""What the backend runs: the only way a message's task path becomes a ``Task``.
+
+Anyone who can write to a task topic -- ``publish()``, a Spark backfill, a row inserted
+by hand -- writes the path the worker will look up, so the path is checked before it
+is used (issue 28, item 1). A path is a task of backend ``alias`` on queue ``queue``
+when, in this order:
+
+1. it is a dotted path of Python identifiers, at most :data:`MAX_PATH_LENGTH` long;
+2. ``queue`` is one of the backend's ``QUEUES``;
+3. its module is found **without running code the project does not ship**: a module
+   already imported (``sys.modules``) is used as it is; any other module is imported
+   only when it belongs to an installed app (``<AppConfig.name>`` or a module under
+   it). Nothing else is imported, so a message cannot make a module's top-level code run;
+4. the module's own namespace (``vars(module)``: no module ``__getattr__``, which could
+   import more) holds, under the path's last name, a ``django.tasks`` ``Task``
+5. whose ``module_path`` is the path, and whose ``backend`` is ``alias`` -- a task
+   declared for another backend does not run here, whatever the message says.
+
+The task's *declared* queue need not be ``queue``: ``enqueue()`` accepts
+``task.using(queue_name=...)`` for any queue of the backend, so any of them is allowed.
+Its arguments are not checked beyond their JSON shape (a list and an object): whoever
+can write to a task topic can run the backend's tasks with arguments of their choice.
+
+A message the rule refuses raises :class:`UntrustedTask`, a ``Reject``: the worker
+dead-letters it at once (no retry) with the reason, never runs it, and records its
+result row FAILED with that error (``execution.py``). ``get_result()`` of such a task
+raises it too: a ``TaskResult`` needs the ``Task``, which is not looked up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from django.apps import apps
+
+from ..exceptions import Reject
+from .compat import Task
+
+#: Longest task path (the ``task_path`` column of ``queue_task_results``).
+MAX_PATH_LENGTH = 255
+
+
+class UntrustedTask(Reject):
+    """A message names a task this backend does not run (see :mod:`django_sqlqueue.tasks.trust`).
+
+    A ``Reject``: the message is dead-lettered at once, without retries, with this error.
+    """
+
+
+def _refused(path: Any, alias: str, why: str) -> UntrustedTask:
+    # repr(): a hostile path's control characters are escaped in the error and the logs.
+    shown = repr(path[:MAX_PATH_LENGTH]) if isinstance(path, str) else f"of type {type(path).__name__}"
+    return UntrustedTask(f"task path {shown} is not a task of backend {alias!r}: {why}")
+
+
+def in_installed_app(module_name: str) -> bool:
+    """Whether ``module_name`` is an installed app's package or a module under it."""
+    return any(
+        module_name == config.name or module_name.startswith(f"{config.name}.") for config in apps.get_app_configs()
+    )
+
+
+def _module(path: str, alias: str) -> Any:
+    """The module of ``path``: imported already, or imported now if it is an installed app's."""
+    module_name = path.rpartition(".")[0]
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    if not in_installed_app(module_name):
+        raise _refused(
+            path,
+            alias,
+            f"its module {module_name!r} is not part of an installed app and was not imported, "
+            "so it is not imported (declare tasks in an installed app)",
+        )
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:  # any import failure is a refusal, with its reason
+        raise _refused(
+            path, alias, f"its module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def trusted_task(path: Any, *, alias: str, queues: Collection[str], queue_name: str) -> Task:
+    """Return the ``Task`` at ``path`` on ``queue_name`` if backend ``alias`` runs it (see the
+    module docstring); raise :class:`UntrustedTask` saying why not."""
+    if not isinstance(path, str):
+        raise _refused(path, alias, f"a task path is a string, not a {type(path).__name__}")
+    parts = path.split(".")
+    if len(path) > MAX_PATH_LENGTH or len(parts) < 2 or not all(part.isidentifier() for part in parts):
+        raise _refused(path, alias, f"not a dotted path of Python names of at most {MAX_PATH_LENGTH} characters")
+    if queue_name not in queues:
+        raise _refused(path, alias, f"queue {queue_name!r} is not one of its QUEUES ({', '.join(sorted(queues))})")
+    module = _module(path, alias)
+    obj = getattr(module, "__dict__", {}).get(parts[-1])
+    if not isinstance(obj, Task):
+        found = "nothing" if obj is None else f"a {type(obj).__name__}"
+        raise _refused(path, alias, f"it is {found}, not a django.tasks Task")
+    if obj.module_path != path:
+        raise _refused(path, alias, f"it is the task {obj.module_path!r}, declared elsewhere")
+    if obj.backend != alias:
+        raise _refused(path, alias, f"it is declared for backend {obj.backend!r}")
+    if obj.queue_name == queue_name:
+        return obj
+    try:
+        return obj.using(queue_name=queue_name)
+    except Exception as exc:  # the backend's validate_task: what enqueue() would refuse too
+        raise _refused(path, alias, f"not on queue {queue_name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def queue_of_topic(topics: Mapping[str, str], topic: str) -> str | None:
+    """The queue whose topic is ``topic`` (``topics``: queue name -> topic), or None."""
+    return next((name for name, queue_topic in topics.items() if queue_topic == topic), None)
+
+
+def message_task(alias: str, topics: Mapping[str, str], topic: str, payload: Any) -> Task:
+    """Return the ``Task`` a message of ``topic`` names, on the topic's queue, if backend
+    ``alias`` runs it; raise :class:`UntrustedTask` saying why not.
+
+    Besides :func:`trusted_task`'s rule, the message must be one ``enqueue()`` could have
+    written: a JSON object whose ``queue_name`` and ``backend`` (when present) are the
+    topic's queue and ``alias``, with ``args`` a list and ``kwargs`` an object.
+    """
+    if not isinstance(payload, dict):
+        raise UntrustedTask(
+            f"a message of {topic!r} is not a task of backend {alias!r}: its payload is a "
+            f"{type(payload).__name__}, not an object with 'task'"
+        )
+    if "task" not in payload:
+        raise UntrustedTask(f"a message of {topic!r} is not a task of backend {alias!r}: its payload has no 'task'")
+    path = payload["task"]
+    queue = queue_of_topic(topics, topic)
+    if queue is None:
+        raise _refused(path, alias, f"topic {topic!r} is not one of its task topics")
+    claimed = payload.get("queue_name", queue)
+    if claimed != queue:
+        raise _refused(path, alias, f"the message's queue_name {claimed!r} is not its topic's queue {queue!r}")
+    if payload.get("backend", alias) != alias:
+        raise _refused(path, alias, f"the message names backend {payload['backend']!r}")
+    if not isinstance(payload.get("args", []), list) or not isinstance(payload.get("kwargs", {}), dict):
+        raise _refused(path, alias, "its 'args' must be a list and its 'kwargs' an object")
+    return trusted_task(path, alias=alias, queues=topics.keys(), queue_name=queue)
