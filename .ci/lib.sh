@@ -190,3 +190,19 @@ run_spark_tests() {
   DATABASE_URL="$POSTGRES_URL" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/spark \
     --deselect tests/spark/test_cluster.py::test_backfill_runs_on_a_standalone_cluster
 }
+
+# build_dist OUTDIR [ARGS...]: `python -m build ARGS` from a copy of the tracked files, never
+# in the checkout: setuptools leaves a django_sqlqueue.egg-info (and build/) where it builds,
+# and a pytest run from the checkout -- at the same time, or later -- would find that
+# egg-info's metadata on sys.path.
+build_dist() {
+  local out="$1"; shift
+  local src
+  src="$(mktemp -d "${TMPDIR:-/tmp}/sqlqueue-src.XXXXXX")"
+  git ls-files -z | xargs -0 cp --parents -t "$src"
+  if ! (cd "$src" && "$ROOT/.venv/bin/python" -m build "$@" --outdir "$out" .); then
+    rm -rf "$src"
+    return 1
+  fi
+  rm -rf "$src"
+}
