@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -22,7 +23,7 @@ from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
 from .rules import dlq
-from .rules.limits import MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
+from .rules.limits import DEFAULT_DLQ_SUFFIX, MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
 
 #: Seconds a worker sleeps between polls while its partitions have work.
 DEFAULT_POLL_INTERVAL = 0.1
@@ -37,7 +38,6 @@ DEFAULT_LEASE_DURATION = 30.0
 #: Seconds between lease renewals (must be well below ``LEASE_DURATION``).
 DEFAULT_LEASE_RENEW_INTERVAL = 10.0
 #: Appended to a topic to name its dead-letter topic.
-DEFAULT_DLQ_SUFFIX = "_dlq"
 #: Largest accepted payload, measured as UTF-8 encoded JSON (256 KiB, as SQS).
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 #: Database alias the queue tables live in.
@@ -60,6 +60,8 @@ DEFAULT_GC_INTERVAL = 60.0
 DEFAULT_PARTITIONS = 8
 #: Most partitions a hashed topic may have.
 MAX_PARTITIONS = 4096
+#: A METRICS_TOKEN (check E012): at least 16 printable ASCII characters, no space.
+_METRICS_TOKEN_RE = re.compile(r"[\x21-\x7e]{16,}")
 #: Keys a ``TOPICS`` entry may have.
 TOPIC_OPTION_KEYS = frozenset({"partitions", "per_key"})
 #: Keys of ``HEALTH`` and the kind of value each takes.
@@ -239,13 +241,17 @@ def validate(raw: Any) -> list[Problem]:
         )
     if "METRICS_TOKEN" in raw:
         token = raw["METRICS_TOKEN"]
-        if token is not None and not (isinstance(token, str) and len(token) >= 16 and token.isprintable()):
+        # Printable ASCII without spaces: a header carries nothing else intact (WSGI decodes it
+        # as Latin-1, a UTF-8 token never matches) and the view strips the spaces around it.
+        if token is not None and not (isinstance(token, str) and _METRICS_TOKEN_RE.fullmatch(token)):
             got = f"a string of {len(token)} characters" if isinstance(token, str) else type(token).__name__
+            if isinstance(token, str) and len(token) >= 16:
+                got += " with a space, a control character or a non-ASCII character"
             problems.append(
                 Problem(
                     "sqlqueue.E012",
-                    "SQLQUEUE['METRICS_TOKEN'] must be None or a string of at least 16 printable characters "
-                    f"(a Bearer token), got {got}.",
+                    "SQLQUEUE['METRICS_TOKEN'] must be None or a string of at least 16 printable ASCII characters "
+                    f"without spaces (a Bearer token), got {got}.",
                     hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
                 )
             )
@@ -256,7 +262,8 @@ def validate(raw: Any) -> list[Problem]:
     if "TOPICS" in raw:
         problems += _validate_topics(raw["TOPICS"])
     if "SCHEDULES" in raw:
-        problems += _validate_schedules(raw["SCHEDULES"])
+        suffix = raw.get("DLQ_SUFFIX", DEFAULT_DLQ_SUFFIX)
+        problems += _validate_schedules(raw["SCHEDULES"], suffix if isinstance(suffix, str) else DEFAULT_DLQ_SUFFIX)
     duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
     renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
     if _is_number(duration) and _is_number(renew) and renew >= duration:
@@ -345,7 +352,7 @@ def _validate_topics(topics: Any) -> list[Problem]:
     return problems
 
 
-def _validate_schedules(raw: Any) -> list[Problem]:
+def _validate_schedules(raw: Any, dlq_suffix: str) -> list[Problem]:
     from .schedules import parse_schedule
 
     if not isinstance(raw, dict):
@@ -353,7 +360,7 @@ def _validate_schedules(raw: Any) -> list[Problem]:
     problems = []
     for name, spec in raw.items():
         try:
-            parse_schedule(name, spec)
+            parse_schedule(name, spec, dlq_suffix)
         except ConfigurationError as exc:
             problems.append(Problem("sqlqueue.E011", f"SQLQUEUE['SCHEDULES']: {exc}"))
     return problems

@@ -46,7 +46,7 @@ from .rules.validation import (
     MESSAGE_KEYS,
     PreparedMessage,
     prepare_message,
-    validate_topic,
+    validate_publish_topic,
 )
 
 
@@ -73,7 +73,9 @@ def publish(
     ``SQLQUEUE["DATABASE"]``.
 
     Raise :class:`~django_sqlqueue.exceptions.InvalidMessage` (nothing written) on bad
-    input and :class:`~django_sqlqueue.exceptions.IdempotencyConflict` when ``id`` was
+    input -- also for what only the engine writes: a dead-letter topic
+    (``<topic><DLQ_SUFFIX>``), metadata keys starting with ``sqlqueue_`` and ids holding a
+    replay suffix (``@replay<digits>``) -- and :class:`~django_sqlqueue.exceptions.IdempotencyConflict` when ``id`` was
     published with another payload or key.
     """
     return publish_message(
@@ -108,7 +110,7 @@ def publish_message(
     this function's caller).
     """
     conf = get_settings()
-    validate_topic(topic)
+    validate_publish_topic(topic, conf.DLQ_SUFFIX)
     # One check when tracing is off or no span is active (tracing.py).
     span = tracing.start_send(topic, attributes=span_attributes) if tracing.ENABLED else None
     try:
@@ -145,7 +147,7 @@ def publish_many(
     validated before anything is written. Returns the messages in input order.
     """
     conf = get_settings()
-    validate_topic(topic)
+    validate_publish_topic(topic, conf.DLQ_SUFFIX)
     if isinstance(messages, (str, bytes, Mapping)):
         raise InvalidMessage("publish_many() takes an iterable of message dicts, not a single value.")
     try:

@@ -37,8 +37,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .exceptions import ConfigurationError, InvalidMessage
-from .rules.limits import MAX_SECONDS
-from .rules.validation import encode_json, validate_key, validate_topic
+from .rules.limits import DEFAULT_DLQ_SUFFIX, MAX_SECONDS
+from .rules.validation import encode_json, validate_key, validate_publish_topic, validate_topic
 
 #: Seconds a missed tick may be late and still fire.
 DEFAULT_CATCH_UP = 300.0
@@ -81,8 +81,9 @@ class Schedule:
         return f"schedule:{self.name}:{tick.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
-def parse_schedule(name: Any, spec: Any) -> Schedule:
-    """Validate one schedule; raise ConfigurationError naming the problem."""
+def parse_schedule(name: Any, spec: Any, dlq_suffix: str = DEFAULT_DLQ_SUFFIX) -> Schedule:
+    """Validate one schedule; raise ConfigurationError naming the problem. ``dlq_suffix``:
+    the project's ``DLQ_SUFFIX`` (a schedule may not publish to a dead-letter topic)."""
     where = f"schedule {name!r}"
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH:
         raise ConfigurationError(
@@ -117,7 +118,7 @@ def parse_schedule(name: Any, spec: Any) -> Schedule:
         raise ConfigurationError(f"{where}: 'task' must be the dotted path of a task, got {task!r}.")
     if topic is not None:
         try:
-            validate_topic(topic)
+            validate_publish_topic(topic, dlq_suffix)
         except InvalidMessage as exc:
             raise ConfigurationError(f"{where}: {exc}") from exc
         if "args" in spec or "kwargs" in spec:
@@ -155,10 +156,10 @@ def parse_schedule(name: Any, spec: Any) -> Schedule:
     )
 
 
-def parse_schedules(raw: Any) -> list[Schedule]:
+def parse_schedules(raw: Any, dlq_suffix: str = DEFAULT_DLQ_SUFFIX) -> list[Schedule]:
     if not isinstance(raw, dict):
         raise ConfigurationError(f"SQLQUEUE['SCHEDULES'] must be a dict of name -> schedule, not {type(raw).__name__}.")
-    return [parse_schedule(name, spec) for name, spec in raw.items()]
+    return [parse_schedule(name, spec, dlq_suffix) for name, spec in raw.items()]
 
 
 # -- declared in code ----------------------------------------------------------------------
@@ -227,10 +228,12 @@ def unregister(name: str) -> None:
         _registry.pop(name, None)
 
 
-def all_schedules(settings_schedules: dict[str, dict[str, Any]]) -> list[Schedule]:
+def all_schedules(
+    settings_schedules: dict[str, dict[str, Any]], dlq_suffix: str = DEFAULT_DLQ_SUFFIX
+) -> list[Schedule]:
     """Return the schedules of ``settings_schedules`` (``SQLQUEUE["SCHEDULES"]``) and those
     declared in code, by name."""
-    configured = parse_schedules(settings_schedules)
+    configured = parse_schedules(settings_schedules, dlq_suffix)
     with _lock:
         declared = dict(_registry)
     names = {s.name for s in configured}

@@ -51,6 +51,40 @@ def small_limit():
         yield
 
 
+# -- what publish() takes: tests/support/strategies.py, less what only the engine writes --------
+
+#: Characters of a key or id that act on a terminal or a reader (C1, line separators, bidi
+#: controls): refused since issue 28, like the C0 controls the shared strategies leave out.
+TERMINAL_CONTROLS = frozenset(
+    map(
+        chr, [*range(0x80, 0xA0), 0x61C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+    )
+)
+REPLAY_SUFFIX = re.compile(r"@replay[0-9]")
+
+
+def printable_key(value: Any) -> bool:
+    return not isinstance(value, str) or TERMINAL_CONTROLS.isdisjoint(value)
+
+
+def valid_topics() -> st.SearchStrategy[str]:
+    """Topics a publisher may use: not dots alone, not a dead-letter topic (the default ``_dlq``)."""
+    return s.topics().filter(lambda t: t.strip(".") != "" and not t.endswith("_dlq"))
+
+
+def valid_keys() -> st.SearchStrategy[Any]:
+    return s.valid_keys().filter(printable_key)
+
+
+def valid_ids() -> st.SearchStrategy[Any]:
+    return s.valid_ids().filter(lambda i: printable_key(i) and not (isinstance(i, str) and REPLAY_SUFFIX.search(i)))
+
+
+def valid_metadata() -> st.SearchStrategy[Any]:
+    """Metadata without the engine's keys (``sqlqueue_...``)."""
+    return s.valid_metadata().filter(lambda m: not m or not any(str(k).startswith("sqlqueue_") for k in m))
+
+
 @contextmanager
 def example_transaction() -> Iterator[None]:
     """Run one example in a savepoint that is rolled back: examples never see each other's rows."""
@@ -156,11 +190,11 @@ def bad(field: str, **changes: Any) -> tuple[str, dict[str, Any]]:
 @st.composite
 def valid_calls(draw: st.DrawFn) -> dict[str, Any]:
     return {
-        "topic": draw(s.topics()),
+        "topic": draw(valid_topics()),
         "payload": draw(st.one_of(s.json_values(), s.long_payloads(LIMIT))),
-        "key": draw(s.valid_keys()),
-        "id": draw(s.valid_ids()),
-        "metadata": draw(s.valid_metadata()),
+        "key": draw(valid_keys()),
+        "id": draw(valid_ids()),
+        "metadata": draw(valid_metadata()),
         "when": draw(s.valid_schedule()),
     }
 
@@ -235,6 +269,12 @@ def test_valid_messages_are_stored_exactly(call):
 @example(wild=bad("schedule", when={"delay": dt.timedelta.max}))
 @example(wild=bad("schedule", when={"deliver_at": dt.datetime.max.replace(tzinfo=dt.timezone(-dt.timedelta(hours=5)))}))
 @example(wild=bad("schedule", when={"deliver_at": dt.datetime.min.replace(tzinfo=dt.UTC)}))
+@example(wild=bad("topic", topic=".."))
+@example(wild=bad("topic", topic="orders_dlq"))
+@example(wild=bad("key", key="k\x9b31m"))
+@example(wild=bad("id", id="id\u202egnp.exe"))
+@example(wild=bad("id", id="victim-1@replay7"))
+@example(wild=bad("metadata", metadata={"sqlqueue_replay": {"consumer_group": "g"}}))
 def test_any_publish_is_stored_exactly_or_refused_naming_the_field(wild):
     field, call = wild
     with example_transaction():
@@ -249,6 +289,7 @@ def test_any_publish_is_stored_exactly_or_refused_naming_the_field(wild):
             return
         assert Message.objects.count() == 1
         assert re.fullmatch(r"[A-Za-z0-9._-]{1,128}", call["topic"]), call["topic"]  # the documented rule
+        assert_publishable(call["topic"], call["key"], call["id"], call["metadata"])
         assert_stored(
             call["topic"],
             published.id,
@@ -257,6 +298,31 @@ def test_any_publish_is_stored_exactly_or_refused_naming_the_field(wild):
             metadata=call["metadata"],
             when=call["when"],
         )
+
+
+def assert_publishable(topic: str, key: Any, message_id: Any, metadata: Any) -> None:
+    """What publish() took obeys the reserved-name rules (issue 28): nothing only the engine writes."""
+    assert topic.strip(".") and not topic.endswith("_dlq"), topic
+    assert printable_key(key) and printable_key(message_id), (key, message_id)
+    assert not (isinstance(message_id, str) and REPLAY_SUFFIX.search(message_id)), message_id
+    assert not any(str(k).startswith("sqlqueue_") for k in metadata or {}), metadata
+
+
+@settings(max_examples=60)
+@given(
+    text=s.key_text(40, 1),
+    char=st.sampled_from(sorted(TERMINAL_CONTROLS)),
+    at=st.integers(min_value=0, max_value=40),
+    field=st.sampled_from(["key", "id"]),
+)
+def test_a_terminal_control_anywhere_in_a_key_or_id_is_refused_naming_the_field(text, char, at, field):
+    value = text[:at] + char + text[at:]
+    with example_transaction():
+        with pytest.raises(InvalidMessage) as caught:
+            publish("t", 1, **{field: value})
+        assert names(caught.value, field), str(caught.value)
+        assert char not in str(caught.value)  # shown escaped
+        assert not Message.objects.exists()
 
 
 @settings(max_examples=20)
@@ -293,9 +359,9 @@ SHARED_IDS = st.sampled_from(["a", "b", 3])
 def valid_items(draw: st.DrawFn) -> dict[str, Any]:
     item: dict[str, Any] = {"payload": draw(st.one_of(s.json_values(8), st.sampled_from([1, "x"])))}
     for name, strategy in (
-        ("key", s.valid_keys()),
-        ("id", st.one_of(s.valid_ids(), SHARED_IDS)),
-        ("metadata", s.valid_metadata()),
+        ("key", valid_keys()),
+        ("id", st.one_of(valid_ids(), SHARED_IDS)),
+        ("metadata", valid_metadata()),
     ):
         if draw(st.booleans()):
             item[name] = draw(strategy)
@@ -342,7 +408,7 @@ def first_by_id(items: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
 
 
 @settings(max_examples=150)
-@given(topic=st.one_of(s.topics(), s.any_topic()), batch=wild_batches())
+@given(topic=st.one_of(valid_topics(), s.any_topic()), batch=wild_batches())
 @example(topic="t", batch=[{"payload": 1, 2: "x", "k": 3}])
 @example(topic="t", batch=5)
 @example(topic="t", batch=[{"payload": 1, "id": "a"}, {"payload": 2, "id": "a"}])
@@ -370,6 +436,7 @@ def test_any_batch_is_stored_exactly_or_refused_whole(topic, batch):
         first = first_by_id(listed, ids)
         assert Message.objects.count() == len(first)
         for message_id, item in first.items():
+            assert_publishable(topic, item.get("key", ""), item.get("id"), item.get("metadata"))
             assert_stored(
                 topic,
                 message_id,
@@ -412,7 +479,9 @@ def look_alikes(text: str) -> list[str]:
 
 @settings(max_examples=60)
 @given(
-    first=st.one_of(st.sampled_from(["Straße", "strasse", "é", "ÉCOLE", "abc", "ﬁ", "Ａ"]), s.key_text(40, 1)),
+    first=st.one_of(
+        st.sampled_from(["Straße", "strasse", "é", "ÉCOLE", "abc", "ﬁ", "Ａ"]), s.key_text(40, 1).filter(printable_key)
+    ),
     pick=st.integers(min_value=0, max_value=5),
 )
 def test_ids_and_keys_that_differ_are_different(first, pick):

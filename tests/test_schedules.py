@@ -38,6 +38,8 @@ def _tasks_configured() -> Iterator[None]:
         ({"cron": "* * * * *", "topic": "t", "catch_up": 0}, "catch_up"),
         ({"cron": "* * * * *", "topic": "t", "every": 5}, "unknown key"),
         ({"cron": "* * * * *", "topic": "bad topic"}, "characters outside"),
+        # Only the engine writes dead letters (issue 28): every tick would fail.
+        ({"cron": "* * * * *", "topic": "orders_dlq"}, "dead-letter topic"),
     ],
 )
 def test_bad_schedules_are_refused(spec: dict, match: str) -> None:

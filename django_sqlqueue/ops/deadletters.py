@@ -22,7 +22,8 @@ from ..rules.dlq import (
     parse_dead_letter_id,
     replay_marker,
 )
-from .base import NotFound, alias, first_line
+from ..rules.limits import MAX_BIGINT, MAX_LIST_LIMIT
+from .base import NotFound, OperationError, alias, brief_repr, check_count, first_line
 from .topics import log_topics
 
 #: Dead letters per transaction of a bulk replay or purge (``ops/replay.py``).
@@ -164,7 +165,16 @@ class DeadLetterPage:
 def list_dead_letters(
     f: DeadLetterFilter | None = None, *, cursor: int | None = None, limit: int = 50, using: str | None = None
 ) -> DeadLetterPage:
-    """Newest dead letters first, ``limit`` per page, keyset-paginated by ``seq``."""
+    """Newest dead letters first, ``limit`` per page, keyset-paginated by ``seq``.
+
+    ``limit`` must be 1 to ``MAX_LIST_LIMIT`` and ``cursor`` a seq (a BIGINT), else
+    :class:`~django_sqlqueue.ops.base.OperationError`.
+    """
+    limit = check_count(limit, "limit", MAX_LIST_LIMIT)
+    if cursor is not None and (
+        isinstance(cursor, bool) or not isinstance(cursor, int) or not -MAX_BIGINT <= cursor <= MAX_BIGINT
+    ):
+        raise OperationError(f"cursor must be a seq, an integer of at most {MAX_BIGINT}, got {brief_repr(cursor)}.")
     qs = matching(f or DeadLetterFilter(), using)
     if cursor is not None:
         qs = qs.filter(seq__lt=cursor)
@@ -181,7 +191,10 @@ def count_dead_letters(f: DeadLetterFilter | None = None, using: str | None = No
 
 def get_dead_letter(seq: int, using: str | None = None) -> DeadLetter:
     try:
-        m = Message.objects.using(alias(using)).exclude(original_topic="").get(seq=int(seq))
+        number = int(seq)
+        if not -MAX_BIGINT <= number <= MAX_BIGINT:  # no such row, and SQLite's driver cannot send it
+            raise ValueError(seq)
+        m = Message.objects.using(alias(using)).exclude(original_topic="").get(seq=number)
     except (Message.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"no dead letter with seq {seq!r} (replayed or purged already?).") from None
     return from_message(m)

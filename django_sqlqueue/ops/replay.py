@@ -22,11 +22,24 @@ An integration whose messages carry state outside the log (the tasks backend)
 registers a replay hook (``dlq.register_replay_hook``); each copy's payload goes
 through :func:`django_sqlqueue.rules.dlq.prepare_replay_payload`, inside the transaction.
 Purge takes the same locks and deletes without copying.
+
+**A copy that cannot be written undoes its batch.** The copy's id is reserved
+(``publish()`` refuses ids holding ``@replay<digits>``), but a row written around
+``publish()`` could still hold it, and the INSERT would then store nothing. The replay
+checks that every copy was created; if one was not, it raises :class:`OperationError`
+naming the dead letter and the id, and the batch's transaction rolls back: its dead
+letters stay. (Batches committed before it stay replayed.)
+
+**Sizes and audit.** ``batch_size`` is checked (1 to ``MAX_BATCH_SIZE``) before anything is
+read or written. ``on_batch(result)``, if given, is called inside each batch's transaction
+after its writes, with that batch's :class:`BulkResult` alone (never on a dry run and
+never for a batch whose rows were all gone), so an audit row written there commits or
+rolls back with the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,9 +47,9 @@ from django.db import transaction
 
 from ..db.store.messages import write_messages
 from ..rules.dlq import prepare_replay_payload, replay_id, replay_metadata
-from ..rules.limits import MAX_BIGINT
+from ..rules.limits import MAX_BATCH_SIZE, MAX_BIGINT
 from ..rules.validation import PreparedMessage, encode_json
-from .base import OperationError, alias, store
+from .base import OperationError, alias, check_count, store
 from .deadletters import DEFAULT_BATCH, DeadLetter, DeadLetterFilter, from_message, matching
 
 
@@ -103,7 +116,20 @@ def _replay_copy(dead: DeadLetter, actor: str) -> PreparedMessage:
     )
 
 
-def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: bool, using: str) -> BulkResult:
+#: ``on_batch(result of one batch)``: called inside each batch's transaction (see the module docstring).
+OnBatch = Callable[[BulkResult], None]
+
+
+def _run(
+    action: str,
+    seqs: list[int],
+    actor: str,
+    batch_size: int,
+    dry_run: bool,
+    using: str,
+    on_batch: OnBatch | None = None,
+    done_before: int = 0,
+) -> BulkResult:
     dead_letters = store(using)
     done = missing = 0
     by_group: dict[str, int] = {}
@@ -114,10 +140,12 @@ def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: boo
             if not rows:
                 continue
             dead = [from_message(m) for m in rows]
+            groups: dict[str, int] = {}
             for d in dead:
-                by_group[d.group] = by_group.get(d.group, 0) + 1
+                groups[d.group] = groups.get(d.group, 0) + 1
             if dry_run:
                 done += len(rows)
+                _merge(by_group, groups)
                 transaction.set_rollback(True, using=using)
                 continue
             # Step 2 of the guard: the DELETE of exactly the rows we locked.
@@ -125,15 +153,38 @@ def _run(action: str, seqs: list[int], actor: str, batch_size: int, dry_run: boo
             if deleted != len(rows):  # cannot happen while we hold the row locks
                 raise OperationError(f"{action}: expected to delete {len(rows)} dead letters, deleted {deleted}.")
             if action == "replay":
-                by_topic: dict[str, list[PreparedMessage]] = {}
-                for d in dead:
-                    # Registered hooks (the tasks backend's) may rewrite the payload of their own messages.
-                    payload = prepare_replay_payload(d.original_topic, d.payload, d.metadata, d.original_id, using)
-                    by_topic.setdefault(d.original_topic, []).append(_replay_copy(replace(d, payload=payload), actor))
-                for topic, copies in sorted(by_topic.items()):
-                    write_messages(topic, copies, using=using, compare=False)
+                _write_copies(dead, actor, using, replayed_before=done_before + done)
+            if on_batch is not None:
+                on_batch(BulkResult(action, len(rows), len(batch) - len(rows), groups))
             done += len(rows)
+            _merge(by_group, groups)
     return BulkResult(action, done, missing, by_group, dry_run)
+
+
+def _merge(into: dict[str, int], counts: dict[str, int]) -> None:
+    for group, n in counts.items():
+        into[group] = into.get(group, 0) + n
+
+
+def _write_copies(dead: list[DeadLetter], actor: str, using: str, *, replayed_before: int) -> None:
+    """Append the replay copies of ``dead`` (step 2); raise if one was not created (nothing of the batch commits)."""
+    by_topic: dict[str, list[tuple[DeadLetter, PreparedMessage]]] = {}
+    for d in dead:
+        # Registered hooks (the tasks backend's) may rewrite the payload of their own messages.
+        payload = prepare_replay_payload(d.original_topic, d.payload, d.metadata, d.original_id, using)
+        by_topic.setdefault(d.original_topic, []).append((d, _replay_copy(replace(d, payload=payload), actor)))
+    for topic, pairs in sorted(by_topic.items()):
+        written = write_messages(topic, [copy for _, copy in pairs], using=using, compare=False)
+        for (d, copy), result in zip(pairs, written, strict=True):
+            if not result.created:
+                # The id was taken (by a row written around publish(), which refuses it): the
+                # copy was not stored, so deleting the dead letter would lose the message.
+                earlier = f" ({replayed_before} replayed by earlier batches stay replayed)" if replayed_before else ""
+                raise OperationError(
+                    f"replay of dead letter seq {d.seq} (id {d.id!r}) refused: topic {topic!r} already has a "
+                    f"message with the copy's id {copy.id!r}, so the copy would not be written; this batch was "
+                    f"rolled back and its dead letters are kept{earlier}. Inspect or delete that message first."
+                )
 
 
 def replay(
@@ -143,9 +194,11 @@ def replay(
     batch_size: int = DEFAULT_BATCH,
     dry_run: bool = False,
     using: str | None = None,
+    on_batch: OnBatch | None = None,
 ) -> BulkResult:
     """Replay the dead letters with these ``seq`` s to the groups that failed them (see the module docstring)."""
-    return _run("replay", _seqs(seqs), actor, batch_size, dry_run, alias(using))
+    size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
+    return _run("replay", _seqs(seqs), actor, size, dry_run, alias(using), on_batch)
 
 
 def purge(
@@ -155,9 +208,11 @@ def purge(
     batch_size: int = DEFAULT_BATCH,
     dry_run: bool = False,
     using: str | None = None,
+    on_batch: OnBatch | None = None,
 ) -> BulkResult:
     """Delete the dead letters with these ``seq`` s (same locking as replay, without the copy)."""
-    return _run("purge", _seqs(seqs), actor, batch_size, dry_run, alias(using))
+    size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
+    return _run("purge", _seqs(seqs), actor, size, dry_run, alias(using), on_batch)
 
 
 def _matching_seqs(f: DeadLetterFilter, batch_size: int, using: str) -> Iterator[list[int]]:
@@ -175,15 +230,21 @@ def _matching_seqs(f: DeadLetterFilter, batch_size: int, using: str) -> Iterator
 
 
 def _run_matching(
-    action: str, f: DeadLetterFilter, actor: str, batch_size: int, dry_run: bool, using: str | None
+    action: str,
+    f: DeadLetterFilter,
+    actor: str,
+    batch_size: int,
+    dry_run: bool,
+    using: str | None,
+    on_batch: OnBatch | None,
 ) -> BulkResult:
+    size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
     using = alias(using)
     total = BulkResult(action, 0, dry_run=dry_run)
-    for batch in _matching_seqs(f, batch_size, using):
-        r = _run(action, batch, actor, batch_size, dry_run, using)
+    for batch in _matching_seqs(f, size, using):
+        r = _run(action, batch, actor, size, dry_run, using, on_batch, done_before=total.done)
         merged = dict(total.by_group)
-        for g, n in r.by_group.items():
-            merged[g] = merged.get(g, 0) + n
+        _merge(merged, r.by_group)
         total = BulkResult(action, total.done + r.done, total.missing + r.missing, merged, dry_run)
     return total
 
@@ -195,9 +256,10 @@ def replay_matching(
     batch_size: int = DEFAULT_BATCH,
     dry_run: bool = False,
     using: str | None = None,
+    on_batch: OnBatch | None = None,
 ) -> BulkResult:
     """Replay every dead letter matching ``f``, in batches of ``batch_size`` (one transaction each)."""
-    return _run_matching("replay", f, actor, batch_size, dry_run, using)
+    return _run_matching("replay", f, actor, batch_size, dry_run, using, on_batch)
 
 
 def purge_matching(
@@ -207,6 +269,7 @@ def purge_matching(
     batch_size: int = DEFAULT_BATCH,
     dry_run: bool = False,
     using: str | None = None,
+    on_batch: OnBatch | None = None,
 ) -> BulkResult:
     """Purge every dead letter matching ``f``, in batches of ``batch_size`` (one transaction each)."""
-    return _run_matching("purge", f, actor, batch_size, dry_run, using)
+    return _run_matching("purge", f, actor, batch_size, dry_run, using, on_batch)

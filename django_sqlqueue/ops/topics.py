@@ -1,16 +1,36 @@
-"""Topics: every topic in the log (also those nobody consumes), purging one, changing its partition count."""
+"""Topics: every topic in the log (also those nobody consumes), purging one, changing its partition count.
+
+**Purging a topic, step by step.** Every argument is checked first (the name, ``batch_size``
+from 1 to ``MAX_BATCH_SIZE``), before anything is written: a size of 0 used to commit step 1
+and then delete nothing. Then:
+
+1. the fence, in one transaction: every lease of the topic is deleted, every watermark
+   moves to its partition's head and the topic's delivery state goes -- no group will
+   deliver a message of the topic stored before the call;
+2. the messages up to the largest ``seq`` read at the start are deleted in batches, each
+   its own transaction.
+
+The order is chosen so that stopping anywhere leaves a state a rerun completes: after
+step 1 every group is past the messages, so the ones step 2 has not deleted yet are
+merely garbage; a rerun fences again (nothing left to move) and deletes them. The
+reverse order would let workers deliver messages while their neighbours are being
+deleted. ``on_batch(TopicPurge)`` is called inside each transaction after its writes:
+once for step 1 (``messages=0``, its ``delivery_states`` and ``leases``) and once per
+batch of step 2 (its ``messages`` only); their sum is the result.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import transaction
 
 from ..conf import MAX_PARTITIONS, get_settings
-from ..rules.limits import TOPIC_COLUMN_LENGTH
+from ..rules.limits import MAX_BATCH_SIZE, TOPIC_COLUMN_LENGTH
 from ..rules.validation import validate_topic
-from .base import NotFound, OperationError, store
+from .base import NotFound, OperationError, check_count, store
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +94,19 @@ class TopicPurge:
     dry_run: bool = False
 
 
-def purge_topic(topic: str, *, dry_run: bool = False, batch_size: int = 1000, using: str | None = None) -> TopicPurge:
-    """Delete every message of ``topic`` stored before the call, in batches.
+#: Messages per transaction of a topic purge.
+DEFAULT_PURGE_BATCH = 1000
+
+
+def purge_topic(
+    topic: str,
+    *,
+    dry_run: bool = False,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+    using: str | None = None,
+    on_batch: Callable[[TopicPurge], None] | None = None,
+) -> TopicPurge:
+    """Delete every message of ``topic`` stored before the call, in batches (see the module docstring).
 
     First, in one transaction: every group's lease of the topic is deleted (the lease
     fence: a worker busy with a message of it can no longer ack, and drops the
@@ -84,19 +115,23 @@ def purge_topic(topic: str, *, dry_run: bool = False, batch_size: int = 1000, us
     of ``batch_size`` by ``seq`` (index ``(topic, seq)``), each batch its own short
     transaction, up to the largest ``seq`` seen at the start: a message published
     meanwhile is kept and delivered normally. Offsets keep counting up from the head
-    (they are never reused). ``dry_run`` only counts.
+    (they are never reused). ``dry_run`` only counts. ``on_batch`` receives each
+    transaction's own :class:`TopicPurge`, inside it (not on a dry run).
     """
     validate_topic(topic, max_length=TOPIC_COLUMN_LENGTH)
+    size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
     s = store(using)
     max_seq, count, known = s.topic_extent(topic)
     if not max_seq and not known:
         raise NotFound(f"topic {topic!r} has no messages and no consumer.")
     if dry_run:
         return TopicPurge(topic, count, dry_run=True)
+    fenced = None if on_batch is None else (lambda leases, states: on_batch(TopicPurge(topic, 0, states, leases)))
+    deleted_batch = None if on_batch is None else (lambda n: on_batch(TopicPurge(topic, n)))
     # Fence first (one transaction): the lease rows go before anything else is touched,
     # so a worker's fenced ack waits for it and then finds no lease.
-    leases, states = s.skip_topic(topic)
-    deleted = s.delete_messages(topic, max_seq, batch_size) if max_seq else 0
+    leases, states = s.skip_topic(topic, then=fenced)
+    deleted = s.delete_messages(topic, max_seq, size, on_batch=deleted_batch) if max_seq else 0
     return TopicPurge(topic, deleted, states, leases)
 
 

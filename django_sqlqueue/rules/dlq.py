@@ -25,6 +25,12 @@ was garbage-collected -- whose metadata carries :data:`REPLAY_KEY`
 The engine hook: a worker of any *other* group acks such a message without calling its
 handler (:func:`is_for_other_group`).
 
+**Reserved names.** Only the engine writes dead letters, replay markers and replay ids:
+``publish()`` refuses dead-letter topics (:func:`is_dlq_topic`), metadata keys starting with
+:data:`RESERVED_METADATA_PREFIX` and ids holding a replay suffix (:data:`REPLAY_ID_RE`), so
+a publisher can neither pre-empt a dead letter nor a replayed copy, nor route a message to
+one group. The engine builds its rows without that validation.
+
 **Replay hooks.** An integration whose messages carry state outside the log (the tasks
 backend's result rows) registers a hook (:func:`register_replay_hook`) that the replay
 calls, inside its transaction, for every dead letter it copies back.
@@ -32,13 +38,16 @@ calls, inside its transaction, for every dead letter it copies back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Metadata key of a dead letter's origin (group, original partition, offset and id).
 DEAD_LETTER_KEY = "dead_letter"
-#: Metadata key of a replayed copy. Namespaced so that it cannot clash with a
-#: publisher's own metadata keys.
+#: Metadata keys starting with this are the engine's (``publish()`` refuses them).
+RESERVED_METADATA_PREFIX = "sqlqueue_"
+#: Metadata key of a replayed copy. In the reserved namespace, so that no publisher can
+#: forge it (a forged marker would hide the message from every other group).
 REPLAY_KEY = "sqlqueue_replay"
 #: Characters of the last error kept in a replay marker.
 REPLAY_ERROR_LENGTH = 500
@@ -69,6 +78,15 @@ def dead_letter_id(group: str, original_id: str) -> str:
 def dead_letter_id_prefix(group: str) -> str:
     """Return the prefix every dead-letter id of ``group`` starts with."""
     return f"{group}:"
+
+
+def displaced_dead_letter_id(dead_id: str, token: str) -> str:
+    """Return the id a dead letter takes when a row that is not a dead letter holds ``dead_id``.
+
+    Only a row written around ``publish()`` (which refuses dead-letter topics) can hold it;
+    ``token`` is random, so such a row cannot be placed in advance to swallow the dead letter.
+    """
+    return f"{dead_id}#{token}"
 
 
 def parse_dead_letter_id(id: str) -> tuple[str, str]:
@@ -107,9 +125,19 @@ def replay_marker(metadata: Any) -> dict[str, Any]:
     return marker if isinstance(marker, dict) else {}
 
 
+#: What :func:`replay_id` appends: ids holding it are the engine's (``publish()`` refuses
+#: them, so that no publisher can take a replayed copy's id before the replay writes it).
+REPLAY_ID_RE = re.compile(r"@replay[0-9]")
+
+
 def replay_id(original_id: str, dead_letter_seq: int) -> str:
     """Return the id of the copy that replays dead letter ``dead_letter_seq``."""
     return f"{original_id}@replay{dead_letter_seq}"
+
+
+def is_reserved_metadata_key(key: object) -> bool:
+    """Return True when a metadata key is in the engine's namespace (:data:`RESERVED_METADATA_PREFIX`)."""
+    return str(key).startswith(RESERVED_METADATA_PREFIX)
 
 
 def replay_metadata(

@@ -16,9 +16,13 @@ import re
 MAX_TOPIC_LENGTH = 128
 #: Longest DLQ suffix; ``MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH`` is the column width.
 MAX_DLQ_SUFFIX_LENGTH = 32
-#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``. ``\Z``, not
-#: ``$``: ``$`` also matches before a final newline, and ``"orders\n"`` is no topic.
-TOPIC_RE = re.compile(r"\A[A-Za-z0-9._-]+\Z")
+#: ``SQLQUEUE["DLQ_SUFFIX"]`` by default: dead letters of ``orders`` go to ``orders_dlq``.
+DEFAULT_DLQ_SUFFIX = "_dlq"
+#: Topics (and the DLQ suffix) are ASCII letters, digits, ``.``, ``_`` and ``-``, but not dots
+#: alone: ``.`` and ``..`` are path segments, and a console link naming them is normalised
+#: by every client to another page. ``\Z``, not ``$``: ``$`` also matches before a final
+#: newline, and ``"orders\n"`` is no topic.
+TOPIC_RE = re.compile(r"\A(?!\.+\Z)[A-Za-z0-9._-]+\Z")
 
 #: Width of every topic column: a publisher's topic plus the DLQ suffix.
 TOPIC_COLUMN_LENGTH = MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
@@ -44,3 +48,9 @@ MAX_BIGINT = 2**63 - 1
 #: any real use and well inside what every layer takes (much longer ones overflow a BIGINT of
 #: microseconds, a MySQL DATETIME, ``threading.TIMEOUT_MAX``).
 MAX_SECONDS = 100 * 365 * 86400
+#: Largest ``batch_size`` of an operator's bulk action (dead-letter replay and purge, topic
+#: purge): rows per transaction. Far beyond a useful size, and small enough that one batch's
+#: ``IN`` list stays under every driver's parameter limit (SQLite's is 32766).
+MAX_BATCH_SIZE = 10_000
+#: Largest ``limit`` of an operator's list (a page of dead letters).
+MAX_LIST_LIMIT = 10_000

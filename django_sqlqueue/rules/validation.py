@@ -12,6 +12,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from ..exceptions import InvalidMessage, PayloadTooLarge
+from .dlq import REPLAY_ID_RE, RESERVED_METADATA_PREFIX, is_dlq_topic, is_reserved_metadata_key
 from .limits import (
     CONSUMER_GROUP_LENGTH,
     KEY_LENGTH,
@@ -22,7 +23,11 @@ from .limits import (
     TOPIC_RE,
 )
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Characters no key or id may hold, because they act on whoever displays it: C0 and C1
+#: controls (U+009B is the 8-bit CSI, an escape sequence of its own for some terminals), the
+#: line and paragraph separators, and the bidirectional controls (U+202E shows
+#: ``exe.gnp`` as ``png.exe``) -- in a terminal (``queue_dlq list``), a log or the console.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 #: Lone surrogates: a Python str may hold them, but they are not text and UTF-8 (every
 #: database driver's encoding) cannot encode them.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -43,9 +48,30 @@ def validate_topic(topic: Any, *, what: str = "topic", max_length: int = MAX_TOP
         raise InvalidMessage(f"{what} must not be empty.")
     if len(topic) > max_length:
         raise InvalidMessage(f"{what} is {len(topic)} characters long; the maximum is {max_length}.")
+    if not topic.strip("."):
+        raise InvalidMessage(
+            f"{what} {topic!r} is made only of dots: '.' and '..' are path segments, so links to it would "
+            "lead elsewhere; use at least one letter, digit, '_' or '-'."
+        )
     if not TOPIC_RE.match(topic):
         raise InvalidMessage(
             f"{what} {topic!r} has characters outside [A-Za-z0-9._-] (ASCII letters, digits, '.', '_', '-')."
+        )
+    return topic
+
+
+def validate_publish_topic(topic: Any, dlq_suffix: str) -> str:
+    """Return ``topic`` if a publisher may write to it: a valid name, not a dead-letter topic.
+
+    Only the engine writes dead letters: a row published to ``<topic><DLQ_SUFFIX>`` could take
+    the id of a later dead letter and swallow it (``db.store.messages.write_dead_letter``).
+    """
+    validate_topic(topic)
+    if is_dlq_topic(topic, dlq_suffix):
+        raise InvalidMessage(
+            f"topic {topic!r} is a dead-letter topic (it ends with SQLQUEUE['DLQ_SUFFIX'] {dlq_suffix!r}): only "
+            "the engine writes dead letters; publish to the original topic, or replay a dead letter "
+            "(queue_dlq replay, ops.replay())."
         )
     return topic
 
@@ -68,8 +94,12 @@ def _validate_key(value: Any, what: str, max_length: int, *, allow_empty: bool) 
     if value != value.strip():
         # MySQL's PAD SPACE collations compare 'a' and 'a ' equal: refuse the ambiguity.
         raise InvalidMessage(f"{what} {value!r} must not start or end with whitespace.")
-    if _CONTROL.search(value):
-        raise InvalidMessage(f"{what} {value!r} must not contain control characters.")
+    control = _CONTROL.search(value)
+    if control:
+        raise InvalidMessage(
+            f"{what} {value!r} must not contain control characters (C0, C1, line separators or "
+            f"bidirectional controls); found U+{ord(control.group()):04X}."
+        )
     if _SURROGATE.search(value):
         raise InvalidMessage(f"{what} {value!r} must not contain lone surrogates (they are not text).")
     return value
@@ -81,8 +111,29 @@ def validate_key(key: Any) -> str:
 
 
 def validate_message_id(message_id: Any) -> str:
-    """Return the message id as a str (ints and UUIDs are accepted and converted)."""
-    return _validate_key(message_id, "id", MAX_MESSAGE_ID_LENGTH, allow_empty=False)
+    """Return the message id as a str (ints and UUIDs are accepted and converted).
+
+    Refuse the replay suffix (``@replay<digits>``): those ids are the copies a dead-letter
+    replay writes, and one published first would make the replay's copy vanish.
+    """
+    value = _validate_key(message_id, "id", MAX_MESSAGE_ID_LENGTH, allow_empty=False)
+    if REPLAY_ID_RE.search(value):
+        raise InvalidMessage(
+            f"id {value!r} contains '@replay' followed by a digit, which is reserved for the copies a "
+            "dead-letter replay writes."
+        )
+    return value
+
+
+def validate_metadata_keys(metadata: dict[Any, Any]) -> None:
+    """Refuse metadata keys in the engine's namespace (``sqlqueue_...``, e.g. the replay marker)."""
+    reserved = sorted(str(k) for k in metadata if is_reserved_metadata_key(k))
+    if reserved:
+        named = ", ".join(repr(k[:100]) for k in reserved[:5]) + (", ..." if len(reserved) > 5 else "")
+        raise InvalidMessage(
+            f"metadata key(s) {named} start with {RESERVED_METADATA_PREFIX!r}, "
+            "which is reserved for the engine's own keys."
+        )
 
 
 def new_message_id() -> str:
@@ -200,6 +251,7 @@ def prepare_message(
         if metadata is None or metadata == {}:
             metadata_json = "{}"
         elif isinstance(metadata, dict):
+            validate_metadata_keys(metadata)
             metadata_json = encode_json(metadata, "metadata")
         else:
             raise InvalidMessage(f"metadata must be a dict, got {type(metadata).__name__}.")

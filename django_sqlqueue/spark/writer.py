@@ -170,8 +170,11 @@ class Publisher:
 
             from ..conf import get_settings
             from ..db.store.messages import write_messages
+            from ..rules.validation import validate_publish_topic
 
             conf = get_settings()
+            # Only the engine writes dead letters (rules/validation.validate_publish_topic).
+            validate_publish_topic(self.topic, conf.DLQ_SUFFIX)
             batch = []
             for position, row in enumerate(row for record_batch in batches for row in record_batch.to_pylist()):
                 batch.append(self._prepare(row, position, row_id, conf.MAX_PAYLOAD_BYTES))

@@ -32,7 +32,7 @@ from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish_message
 from ..rules import dlq
 from ..rules.atomic_modes import validate_atomic
-from ..rules.validation import validate_group, validate_message_id, validate_topic
+from ..rules.validation import validate_group, validate_message_id, validate_publish_topic, validate_topic
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -190,7 +190,9 @@ class SQLQueueBackend(BaseTaskBackend):
         """The topic of ``queue_name``: ``<TOPIC_PREFIX><queue_name>``."""
         topic = f"{self.sqlqueue.topic_prefix}{queue_name}"
         try:
-            return validate_topic(topic, what=f"topic {topic!r} of task queue {queue_name!r}")
+            validate_topic(topic, what=f"topic {topic!r} of task queue {queue_name!r}")
+            # A queue's topic must be one publish() may write: not a dead-letter topic.
+            return validate_publish_topic(topic, get_settings().DLQ_SUFFIX)
         except InvalidMessage as exc:
             raise ConfigurationError(f"TASKS[{self.alias!r}]: {exc}") from exc
 
@@ -211,7 +213,7 @@ class SQLQueueBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         try:
-            validate_topic(f"{self.sqlqueue.topic_prefix}{task.queue_name}")
+            validate_publish_topic(f"{self.sqlqueue.topic_prefix}{task.queue_name}", get_settings().DLQ_SUFFIX)
         except InvalidMessage as exc:
             raise InvalidTask(f"queue name {task.queue_name!r} cannot be a topic: {exc}") from exc
 

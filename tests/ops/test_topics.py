@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 
 from django_sqlqueue import publish
-from django_sqlqueue.models import DeliveryState, Message
-from django_sqlqueue.ops.base import NotFound
-from django_sqlqueue.ops.topics import list_topics, log_topics, purge_topic
+from django_sqlqueue.models import DeliveryState, Message, PartitionLease
+from django_sqlqueue.ops.base import NotFound, OperationError
+from django_sqlqueue.ops.topics import TopicPurge, list_topics, log_topics, purge_topic
+from django_sqlqueue.rules.limits import MAX_BATCH_SIZE
 
 from ..support.console_scene import build, wm
 
@@ -63,3 +64,41 @@ def test_purge_topic_deletes_messages_moves_watermarks_and_fences_leases():
 def test_purge_unknown_topic_is_refused():
     with pytest.raises(NotFound, match="nosuch"):
         purge_topic("nosuch")
+
+
+# -- sizes and the order of the steps (issue 28, item 4) ---------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, -1, MAX_BATCH_SIZE + 1, 10**23, True, 1.5, "10", None])
+def test_purge_topic_refuses_a_bad_batch_size_before_anything(size):
+    """``--batch-size 0`` moved every watermark to the head, deleted nothing and said "deleted 0"."""
+    scene = build()
+    with pytest.raises(OperationError, match=rf"^batch_size must be an integer from 1 to {MAX_BATCH_SIZE}, got "):
+        purge_topic("orders", batch_size=size)
+    with pytest.raises(OperationError, match="batch_size"):
+        purge_topic("orders", batch_size=size, dry_run=True)
+    assert Message.objects.filter(topic="orders").count() == 20
+    assert PartitionLease.objects.filter(topic="orders").count() == 2
+    for part, head in scene.heads.items():
+        assert wm("billing", part) == head - 2 and wm("retired", part) == 0
+
+
+def test_purge_topic_calls_on_batch_inside_each_step_and_a_rerun_completes():
+    build()
+    seen: list[TopicPurge] = []
+
+    def audit(step: TopicPurge) -> None:
+        seen.append(step)
+        if len(seen) == 3:
+            raise RuntimeError("the audit row could not be written")
+
+    with pytest.raises(RuntimeError):
+        purge_topic("orders", batch_size=8, on_batch=audit)
+    # The fence and the first batch committed, each with its audit; the second batch did not.
+    assert seen[:2] == [TopicPurge("orders", 0, 0, 2), TopicPurge("orders", 8)]
+    assert Message.objects.filter(topic="orders").count() == 12
+    done = purge_topic("orders", batch_size=8, on_batch=seen.append)
+    assert seen[3:] == [TopicPurge("orders", 0, 0, 0), TopicPurge("orders", 8), TopicPurge("orders", 4)]
+    assert done == TopicPurge("orders", 12, 0, 0) and not Message.objects.filter(topic="orders").exists()
+    purge_topic("orders", dry_run=True, on_batch=seen.append)  # a dry run writes nothing to audit
+    assert len(seen) == 6

@@ -95,3 +95,19 @@ def test_replay_hooks_run_in_order_and_once_each(monkeypatch: pytest.MonkeyPatch
     dlq.register_replay_hook(tag)  # registered once
     assert dlq.prepare_replay_payload("orders", {"n": 1}, {}, "o1", "default") == {"n": 1, "tagged": True, "seen": 1}
     assert calls == [("orders", {"n": 1}, "o1", "default")]
+
+
+def test_the_engines_names_are_reserved() -> None:
+    """What publish() refuses (tests/rules/test_reserved_names.py): the engine's metadata keys and replay ids."""
+    for key in (dlq.REPLAY_KEY, dlq.UNDECODABLE_KEY):
+        assert key.startswith(dlq.RESERVED_METADATA_PREFIX) and dlq.is_reserved_metadata_key(key)
+    assert not dlq.is_reserved_metadata_key(dlq.DEAD_LETTER_KEY) and not dlq.is_reserved_metadata_key(7)
+    for seq in (0, 1, 2**63 - 1):
+        assert dlq.REPLAY_ID_RE.search(dlq.replay_id("o1", seq))
+    assert not dlq.REPLAY_ID_RE.search("o1@replay")
+
+
+def test_a_displaced_dead_letter_keeps_its_group_prefix() -> None:
+    dead = dlq.dead_letter_id("billing", "o1")
+    displaced = dlq.displaced_dead_letter_id(dead, "0a1b2c")
+    assert displaced == "billing:o1#0a1b2c" and displaced.startswith(dlq.dead_letter_id_prefix("billing"))

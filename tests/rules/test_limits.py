@@ -10,7 +10,10 @@ from django_sqlqueue.models import ConsumerOffset, Message
 from django_sqlqueue.rules.limits import (
     CONSUMER_GROUP_LENGTH,
     KEY_LENGTH,
+    MAX_BATCH_SIZE,
+    MAX_BIGINT,
     MAX_DLQ_SUFFIX_LENGTH,
+    MAX_LIST_LIMIT,
     MAX_MESSAGE_ID_LENGTH,
     MAX_TOPIC_LENGTH,
     MESSAGE_ID_LENGTH,
@@ -19,15 +22,24 @@ from django_sqlqueue.rules.limits import (
 )
 
 
-@pytest.mark.parametrize("name", ["orders", "orders.created", "a-b_c.D9", "x" * 200])
+@pytest.mark.parametrize("name", ["orders", "orders.created", "a-b_c.D9", "x" * 200, ".a", "a..", "_."])
 def test_topic_names_are_ascii_letters_digits_dots_underscores_and_dashes(name: str) -> None:
     assert TOPIC_RE.match(name)  # (the length is checked apart: MAX_TOPIC_LENGTH)
 
 
-@pytest.mark.parametrize("name", ["", "orders\n", "orders created", "orders/created", "ordérs", "orders:1"])
+@pytest.mark.parametrize(
+    "name", ["", "orders\n", "orders created", "orders/created", "ordérs", "orders:1", ".", "..", "...", ".\n"]
+)
 def test_other_names_are_refused(name: str) -> None:
-    # "orders\n": "$" would match before the newline; the rule ends at "\Z".
+    # "orders\n": "$" would match before the newline; the rule ends at "\Z". Dots alone are
+    # path segments: a console link naming them is normalised to another page.
     assert not TOPIC_RE.match(name)
+
+
+def test_operator_sizes_have_bounds() -> None:
+    """The ops layer refuses batch sizes and list limits outside 1..these (tests/ops)."""
+    assert 1000 <= MAX_BATCH_SIZE <= 32766 // 2  # one batch's IN list fits SQLite's parameter limit
+    assert 50 <= MAX_LIST_LIMIT <= MAX_BIGINT
 
 
 def test_the_columns_are_as_wide_as_the_limits_say() -> None:

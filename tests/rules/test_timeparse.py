@@ -1,4 +1,4 @@
-"""The one ISO 8601 parser (``timeparse.parse_time``) and the four places that wrap it."""
+"""The one ISO 8601 parser (``timeparse.parse_time``) and the places that wrap it."""
 
 from __future__ import annotations
 
@@ -49,12 +49,15 @@ def test_the_command_line_parser_raises_command_error() -> None:
         command_time("2026-13-01")
 
 
-def test_the_pipeline_commands_parser_raises_command_error() -> None:
-    from django_sqlqueue.management.commands.queue_pipeline import _time
+def test_the_commands_argparse_type_raises_an_argument_type_error() -> None:
+    """queue_pipeline's times: argparse turns the error into its one usage line (issue 28)."""
+    import argparse
 
-    assert _time("2026-11-22T08:00+01:00") == dt.datetime(2026, 11, 22, 7, 0, tzinfo=UTC)
-    with pytest.raises(CommandError, match="not an ISO 8601 time"):
-        _time("soon")
+    from django_sqlqueue.management.commands._args import time as arg_time
+
+    assert arg_time("2026-11-22T08:00+01:00") == dt.datetime(2026, 11, 22, 7, 0, tzinfo=UTC)
+    with pytest.raises(argparse.ArgumentTypeError, match="must be an ISO 8601 date and time"):
+        arg_time("soon")
 
 
 def test_the_consoles_parser_raises_an_operation_error_naming_the_field() -> None:

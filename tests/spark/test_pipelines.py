@@ -43,6 +43,17 @@ def test_backfill_from_parquet_twice_publishes_once(spark, tmp_path):
     assert messages["o7"]["key"] == "c7"
 
 
+def test_backfill_refuses_a_dead_letter_topic_and_writes_nothing(spark, tmp_path):
+    """Issue 28: only the engine writes dead letters; the Spark writer refuses them as publish() does."""
+    source = str(tmp_path / "forged.parquet")
+    spark.createDataFrame([("g:o1", "c1", 1.0)], "order_id string, customer string, amount double").write.parquet(
+        source
+    )
+    with pytest.raises(Exception, match="dead-letter topic"):
+        run("backfill", source, "--topic", "orders_dlq", "--id-column", "order_id", "--key-column", "customer")
+    assert not Message.objects.filter(topic="orders_dlq").exists()
+
+
 def test_backfill_json_without_ids_uses_content_ids(spark, tmp_path):
     source = tmp_path / "events.json"
     source.write_text('{"kind": "a", "n": 1}\n{"kind": "b", "n": 2}\n{"kind": "a", "n": 1}\n')

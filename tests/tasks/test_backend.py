@@ -134,3 +134,11 @@ def test_bad_queue_name_raises_configuration_error() -> None:
 
     with pytest.raises(ConfigurationError, match="characters outside"):
         SQLQueueBackend("default", {"QUEUES": ["has space"], "OPTIONS": {}})
+
+
+def test_a_queue_whose_topic_is_a_dead_letter_topic_is_refused() -> None:
+    """Issue 28: publish() refuses dead-letter topics, so a queue cannot be one."""
+    from django_sqlqueue.tasks.backend import SQLQueueBackend
+
+    with pytest.raises(ConfigurationError, match="dead-letter topic"):
+        SQLQueueBackend("default", {"QUEUES": ["emails_dlq"], "OPTIONS": {}})

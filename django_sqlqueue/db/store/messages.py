@@ -17,11 +17,13 @@ dead letters (``acks.py``) and the operators' replays (``ops/replay.py``) call
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -31,11 +33,16 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ...conf import QueueSettings, get_settings
 from ...exceptions import IdempotencyConflict, OutboxWarning, PayloadTooLarge
+from ...models import Message
+from ...rules.dlq import displaced_dead_letter_id
+from ...rules.limits import MESSAGE_ID_LENGTH
 from ...rules.notify_channels import channel_for
 from ...rules.partitioning import partition_for
 from ...rules.validation import MAX_ERROR_LENGTH, PreparedMessage, encode_json
 from ..dialects import get_dialect
 from ..dialects.base import MessageRow
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -230,7 +237,12 @@ def write_dead_letter(
     Like a publish (append-only, idempotent on ``id``), plus the dead-letter columns:
     ``failed_at`` is the database's now and ``created_at`` the original's. The payload
     is not size-checked again: it was valid when first published. A dead letter of the
-    same id stored before (the message failed again after a replay) is kept as it is.
+    same id stored before (the message failed again after a seek back) is kept as it is.
+
+    A row holding the id that is *not* a dead letter (no ``original_topic``: written around
+    ``publish()``, which refuses dead-letter topics) must not swallow the dead letter: it is
+    then stored under :func:`~django_sqlqueue.rules.dlq.displaced_dead_letter_id` instead,
+    a random suffix no one can take in advance, and a warning is logged.
     """
     prepared = PreparedMessage(
         key=key,
@@ -246,4 +258,20 @@ def write_dead_letter(
         original_topic=original_topic,
         created_at=created_at,
     )
-    return write_messages(topic, [prepared], using=using, compare=False)[0]
+    written = write_messages(topic, [prepared], using=using, compare=False)[0]
+    if written.created or _is_dead_letter(topic, id, using):
+        return written
+    suffix_room = MESSAGE_ID_LENGTH - len(displaced_dead_letter_id("", "0" * 12))
+    displaced = displaced_dead_letter_id(id[:suffix_room], os.urandom(6).hex())
+    logger.warning(
+        "dead letter id=%r of topic=%s is held by a row that is not a dead letter; stored as id=%r",
+        id,
+        topic,
+        displaced,
+    )
+    return write_messages(topic, [replace(prepared, id=displaced)], using=using, compare=False)[0]
+
+
+def _is_dead_letter(topic: str, id: str, using: str) -> bool:
+    """Whether the row ``(topic, id)`` is a dead letter (the engine's), not a row written around ``publish()``."""
+    return Message.objects.using(using).filter(topic=topic, id=id).exclude(original_topic="").exists()

@@ -296,12 +296,13 @@ class PositionStore(StoreBase):
         )
         return (None if max_seq is None else int(max_seq)), int(count or 0), bool(known)
 
-    def skip_topic(self, topic: str) -> tuple[int, int]:
+    def skip_topic(self, topic: str, then: Callable[[int, int], None] | None = None) -> tuple[int, int]:
         """Delete every lease of ``topic``, move every watermark to its head, delete its delivery state.
 
         One transaction, the lease rows first (the fence): a worker busy with a message
         of the topic can no longer ack it, and drops the partitions at its next lease
-        round. Returns (leases deleted, delivery rows deleted).
+        round. ``then(leases, delivery rows)`` runs inside that transaction after the
+        writes (an audit row commits with them). Returns (leases deleted, delivery rows deleted).
         """
         P = self.P
         with transaction.atomic(using=self.using):
@@ -315,15 +316,23 @@ class PositionStore(StoreBase):
                 [topic],
             )
             states = self._execute("DELETE FROM queue_delivery_state WHERE topic = %s", [topic])
+            if then is not None:
+                then(leases, states)
         return leases, states
 
-    def delete_messages(self, topic: str, max_seq: int, batch_size: int) -> int:
+    def delete_messages(
+        self, topic: str, max_seq: int, batch_size: int, on_batch: Callable[[int], None] | None = None
+    ) -> int:
         """Delete the messages of ``topic`` with ``seq <= max_seq``, ``batch_size`` per transaction.
 
         Batches by ``seq`` along the (topic, seq) index, each its own short transaction,
         so a purge of a large topic never holds many row locks; a message published
-        after ``max_seq`` was read is kept. Returns the rows deleted.
+        after ``max_seq`` was read is kept. ``on_batch(rows deleted)`` runs inside each
+        batch's transaction after its DELETE. Returns the rows deleted.
         """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            # LIMIT 0 deletes nothing and LIMIT -1 is "no limit" on SQLite: refuse, never loop or guess.
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         deleted = 0
         while True:
             with transaction.atomic(using=self.using):
@@ -336,4 +345,7 @@ class PositionStore(StoreBase):
                 ]
                 if not seqs:
                     return deleted
-                deleted += self._execute(f"DELETE FROM queue_messages WHERE seq IN ({in_list(seqs)})", seqs)
+                batch = self._execute(f"DELETE FROM queue_messages WHERE seq IN ({in_list(seqs)})", seqs)
+                deleted += batch
+                if on_batch is not None:
+                    on_batch(batch)

@@ -136,3 +136,26 @@ def test_write_dead_letter_is_idempotent_on_id():
     assert (m.key, m.payload, m.failure_count, m.last_error) == ("alice", {"order": 1}, 3, "boom")
     other = dead_letter(id="billing:m2")
     assert other.created and Message.objects.filter(topic=DLQ).count() == 2
+
+
+def test_a_row_that_is_not_a_dead_letter_cannot_swallow_one(caplog):
+    """A row written into the DLQ topic around publish() (which refuses it) holding the dead
+    letter's id: the dead letter is stored under an id of its own, the row is left alone."""
+    (decoy,) = write_messages(DLQ, [prepared({"decoy": True}, "alice", "billing:m1")], using="default")
+    assert decoy.created
+    stored = dead_letter()
+    assert stored.created and stored.id.startswith("billing:m1#") and len(stored.id) == len("billing:m1#") + 12
+    assert "is held by a row that is not a dead letter" in caplog.text
+    real = Message.objects.get(topic=DLQ, id=stored.id)
+    assert (real.original_topic, real.payload, real.failure_count) == (T, {"order": 1}, 3)
+    assert Message.objects.get(topic=DLQ, id="billing:m1").payload == {"decoy": True}
+    # Failing again: the decoy still holds the id, and the dead letter is kept once more (never dropped).
+    assert dead_letter().created and Message.objects.filter(topic=DLQ).exclude(original_topic="").count() == 2
+
+
+def test_a_displaced_dead_letter_id_fits_the_column():
+    long_id = "g" * 128 + ":" + "o" * 128 + "@replay" + "9" * 19 + "x" * 17  # 300, the column's width
+    write_messages(DLQ, [PreparedMessage("", long_id, "1", "{}", None, None, True)], using="default")
+    stored = dead_letter(id=long_id)
+    assert stored.created and len(stored.id) == 300
+    assert Message.objects.get(topic=DLQ, id=stored.id).original_topic == T

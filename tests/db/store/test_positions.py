@@ -260,3 +260,43 @@ def test_delete_messages_deletes_in_batches_up_to_the_seq_read_at_the_start():
     assert store().delete_messages(T, max_seq, batch_size=3) == 7
     assert Message.objects.filter(topic=T).count() == 1
     assert store().topic_extent("nothing") == (None, 0, False)
+
+
+@pytest.mark.parametrize("size", [0, -1, True, 2.5])
+def test_delete_messages_refuses_a_size_that_would_delete_nothing_or_everything(size):
+    """LIMIT 0 deleted nothing while the purge reported success; LIMIT -1 is "no limit" on SQLite."""
+    publish_to(T, A, 3)
+    max_seq, _, _ = store().topic_extent(T)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        store().delete_messages(T, max_seq, batch_size=size)
+    assert Message.objects.filter(topic=T).count() == 3
+
+
+def test_purge_steps_call_their_hooks_inside_their_transactions():
+    """``then`` of skip_topic and ``on_batch`` of delete_messages run in the step's transaction:
+    an error there rolls that step back (an audit row written there commits with it)."""
+    consuming(n=4, wm=1)
+    seen: list[tuple[str, int, int]] = []
+
+    def fence(leases: int, states: int) -> None:
+        assert transaction.get_connection().in_atomic_block
+        seen.append(("fence", leases, states))
+        raise RuntimeError("audit failed")
+
+    with pytest.raises(RuntimeError):
+        store().skip_topic(T, then=fence)
+    assert watermark(G, T, A) == 1 and PartitionLease.objects.filter(topic=T).count() == 2  # rolled back
+    assert store().skip_topic(T, then=lambda leases, states: seen.append(("fence", leases, states))) == (2, 0)
+
+    max_seq, _, _ = store().topic_extent(T)
+
+    def batch(n: int) -> None:
+        seen.append(("batch", n, Message.objects.filter(topic=T).count()))
+        if len(seen) == 4:
+            raise RuntimeError("audit failed")
+
+    with pytest.raises(RuntimeError):
+        store().delete_messages(T, max_seq, batch_size=3, on_batch=batch)
+    assert Message.objects.filter(topic=T).count() == 5  # the first batch committed, the second rolled back
+    assert seen == [("fence", 2, 0), ("fence", 2, 0), ("batch", 3, 5), ("batch", 3, 2)]
+    assert store().delete_messages(T, max_seq, batch_size=3) == 5  # a rerun completes
