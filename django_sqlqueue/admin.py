@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from .console.actions import Views
-from .console.base import VIEW, has, refuse_nul
+from .console.base import VIEW, has, refuse_nul, refuse_oversized
 from .models import QueueConsole
 
 
@@ -70,4 +70,7 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("topics/", views.topics, "topics"),
             ("topics/purge/", views.purge_topic, "purge_topic"),
         ]
-        return [path(route, wrap(refuse_nul(view)), name=f"{name}_{suffix}") for route, view, suffix in routes]
+        return [
+            path(route, wrap(refuse_nul(refuse_oversized(view))), name=f"{name}_{suffix}")
+            for route, view, suffix in routes
+        ]

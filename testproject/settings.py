@@ -40,6 +40,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # X-Frame-Options: DENY on every page: no other site can frame the console's one-click
+    # buttons (clickjacking). Projects using the console should keep it.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "testproject.urls"

@@ -109,7 +109,31 @@ def test_a_bad_metrics_token_is_refused(token):
     assert [p.id for p in validate({"METRICS_TOKEN": token})] == ["sqlqueue.E012"]
 
 
-@pytest.mark.parametrize("token", [None, "x" * 16, "a-long-random-token_0123456789"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "ñandú-tökén-0123456789",  # passes isprintable(); a UTF-8 header never matches it (WSGI: Latin-1)
+        "a token with spaces in it",
+        "tab\tseparated-token-0123",
+        "nbsp\u00a0separated-token-0123",
+        "c1-control\u0085-token-0123",
+        "bidi-\u202e-override-token-0123",
+        "fullwidth-ｔｏｋｅｎ-0123456789",
+        " leading-space-token-0123",
+    ],
+)
+def test_a_metrics_token_a_header_cannot_carry_is_refused(token):
+    """Issue 28 (F9): only printable ASCII without spaces; before, any printable text passed."""
+    from django_sqlqueue.conf import validate
+
+    (problem,) = validate({"METRICS_TOKEN": token})
+    assert problem.id == "sqlqueue.E012" and "printable ASCII characters without spaces" in problem.msg
+    assert "non-ASCII" in problem.msg
+
+
+@pytest.mark.parametrize(
+    "token", [None, "x" * 16, "a-long-random-token_0123456789", "~!#$%&'*+/=?^`{|}\"\\<>()[]:;@,.0123"]
+)
 def test_a_metrics_token_or_none_is_accepted(token):
     from django_sqlqueue.conf import validate
 

@@ -9,8 +9,25 @@ from django.utils.http import urlencode
 
 from .. import ops
 from ..exceptions import SQLQueueError
-from .base import audit, confirmed, fail, next_url, parse_int, parse_time, pretty, require, require_action, url
+from .auditing import audit_batches
+from .base import (
+    audit,
+    confirmed,
+    fail,
+    flash,
+    next_url,
+    parse_int,
+    parse_time,
+    pretty,
+    preview,
+    require,
+    require_action,
+    url,
+)
 from .pages import Pages
+
+#: Dead letters per transaction (and per LogEntry) of a bulk replay or purge.
+BATCH_SIZE = ops.deadletters.DEFAULT_BATCH
 
 
 def _actor(request: HttpRequest) -> str:
@@ -101,7 +118,7 @@ class Views(Pages):
             fail(request, exc)
             return HttpResponseRedirect(back)
         audit(request, f"group {group} on {topic}", plan.describe().capitalize() + ".")
-        messages.success(request, plan.describe().capitalize() + ".")
+        flash(request, messages.SUCCESS, plan.describe().capitalize() + ".")
         return HttpResponseRedirect(back)
 
     def pause(self, request: HttpRequest, group: str, topic: str) -> HttpResponse:
@@ -118,11 +135,10 @@ class Views(Pages):
             verb = "Paused" if action == "pause" else "Resumed"
             if changed:
                 audit(request, f"group {group} on {topic}", f"{verb} {group} on {topic} (1 topic).")
-                messages.success(request, f"{verb} {group} on {topic}.")
+                flash(request, messages.SUCCESS, f"{verb} {group} on {topic}.")
             else:
-                messages.warning(
-                    request, f"{group} on {topic} was already {'paused' if action == 'pause' else 'running'}."
-                )
+                state = "paused" if action == "pause" else "running"
+                flash(request, messages.WARNING, f"{group} on {topic} was already {state}.")
         return HttpResponseRedirect(next_url(request, url("group", group, topic)))
 
     def drop(self, request: HttpRequest) -> HttpResponse:
@@ -148,7 +164,7 @@ class Views(Pages):
             return HttpResponseRedirect(url("groups"))
         detail = ", ".join(f"{t}: {n}" for t, n in done.rows.items())
         audit(request, what, f"Dropped {what}: {done.total} row(s) ({detail}).", deletion=True)
-        messages.success(request, f"Dropped {what} ({done.total} rows).")
+        flash(request, messages.SUCCESS, f"Dropped {what} ({done.total} rows).")
         return HttpResponseRedirect(url("groups"))
 
     # -- dead letters -----------------------------------------------------------------
@@ -194,7 +210,7 @@ class Views(Pages):
         return self.render(
             request,
             "deadletter.html",
-            {"d": d, "payload": pretty(d.payload), "metadata": pretty(d.metadata)},
+            {"d": d, "payload": pretty(d.payload), "metadata": pretty(d.metadata), "size": preview(d.payload).size},
             tab="deadletters",
             title=f"Dead letter {d.id}",
         )
@@ -204,7 +220,7 @@ class Views(Pages):
         action = p.get("action", "")
         if request.method != "POST" or action not in ("replay", "purge"):
             require_action(request, "replay" if action != "purge" else "purge")
-            messages.error(request, f"unknown action {action!r}.")
+            flash(request, messages.ERROR, f"unknown action {action!r}.")
             return HttpResponseRedirect(url("deadletters"))
         require_action(request, action)
         scope = p.get("scope", "selected")
@@ -234,20 +250,22 @@ class Views(Pages):
                         "it leaves the dead-letter list."
                         if action == "replay"
                         else "They are deleted for good.",
-                        f"Processed in batches of {ops.deadletters.DEFAULT_BATCH}, one transaction each.",
+                        f"Processed in batches of {BATCH_SIZE}, one transaction each (each audited in it).",
                     ],
                     danger=action == "purge",
                     back=back,
                 )
+            target = f"dead letters ({'seq ' + ', '.join(seqs[:20]) if seqs else f.describe()})"
+            # Each batch writes its LogEntry in its own transaction (console/auditing.py).
+            on_batch = audit_batches(request, target, lambda r: r.describe().capitalize(), deletion=action == "purge")
+            actor = _actor(request)
             run = {"replay": (ops.replay, ops.replay_matching), "purge": (ops.purge, ops.purge_matching)}[action]
-            result = run[0](seqs, actor=_actor(request)) if seqs is not None else run[1](f, actor=_actor(request))
+            if seqs is not None:
+                result = run[0](seqs, actor=actor, batch_size=BATCH_SIZE, on_batch=on_batch)
+            else:
+                result = run[1](f, actor=actor, batch_size=BATCH_SIZE, on_batch=on_batch)
         except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(back)
-        target = f"dead letters ({'seq ' + ', '.join(seqs[:20]) if seqs else f.describe()})"
-        audit(request, target, result.describe().capitalize() + ".", deletion=action == "purge")
-        if result.done:
-            messages.success(request, result.describe().capitalize() + ".")
-        else:
-            messages.warning(request, result.describe().capitalize() + ".")
+        flash(request, messages.SUCCESS if result.done else messages.WARNING, result.describe().capitalize() + ".")
         return HttpResponseRedirect(back)

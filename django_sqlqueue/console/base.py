@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -19,7 +20,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from ..models import QueueConsole
 from ..ops import OperationError
-from ..rules.limits import MAX_BIGINT
+from ..ops.pausing import REASON_LENGTH
+from ..rules.limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_BIGINT, MESSAGE_ID_LENGTH, TOPIC_COLUMN_LENGTH
 from ..rules.timeparse import parse_time as parse_iso_time
 
 APP = "django_sqlqueue"
@@ -45,6 +47,33 @@ TABS = [
     ("deadletters", "Dead letters"),
     ("topics", "Topics"),
 ]
+
+#: Longest flash message: a message is stored in the session (or a cookie) until the next
+#: page shows it, and it often echoes operator input or a list (of partitions, groups).
+FLASH_LENGTH = 500
+#: Characters of a payload the list pages show (compact JSON); the message's own page shows it all.
+PREVIEW_LENGTH = 200
+#: Characters of a stored error the list pages show: the start (the headline) and the end
+#: (the traceback's last lines); the dead letter's own page shows it whole.
+ERROR_HEAD, ERROR_TAIL = 300, 1200
+#: Longest value (and name) of any form field or query parameter, unless FIELD_LENGTHS says
+#: otherwise: every name, key, id and time the console takes is far shorter (300 at most).
+DEFAULT_FIELD_LENGTH = 1000
+FIELD_LENGTHS = {
+    # Every partition of a topic of MAX_PARTITIONS (4096) partitions, comma-separated, fits.
+    "partitions": 50_000,
+    # The page to go back to: a console URL with its filters.
+    "next": 16_000,
+}
+#: ``maxlength`` of the forms' inputs (the server checks the same and more: FIELD_LENGTHS, ops).
+INPUT_LENGTHS = {
+    "reason": REASON_LENGTH,
+    "key": KEY_LENGTH,
+    "id": MESSAGE_ID_LENGTH,
+    "group": CONSUMER_GROUP_LENGTH,
+    "topic": TOPIC_COLUMN_LENGTH,
+    "field": DEFAULT_FIELD_LENGTH,
+}
 
 
 def has(request: HttpRequest, codename: str) -> bool:
@@ -100,6 +129,19 @@ def next_url(request: HttpRequest, default: str) -> str:
     return default
 
 
+def _inputs(request: HttpRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Every ``(field name, text)`` a view can read: URL arguments, query string and form (names too)."""
+    for arg in args:
+        yield "path", str(arg)
+    for name, value in kwargs.items():
+        yield name, str(value)
+    for data in (request.GET, request.POST):
+        for name, values in data.lists():
+            yield "field name", name
+            for value in values:
+                yield name, value
+
+
 def refuse_nul(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Answer 400 to a NUL character anywhere in the path, query string or form.
 
@@ -109,15 +151,68 @@ def refuse_nul(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
 
     @functools.wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        texts = [*map(str, args), *map(str, kwargs.values())]
-        for data in (request.GET, request.POST):
-            for name, values in data.lists():
-                texts += [name, *values]
-        if any("\x00" in text for text in texts):
+        if any("\x00" in text for _, text in _inputs(request, args, kwargs)):
             return HttpResponseBadRequest("The console's input must not contain NUL characters (%00).")
         return view(request, *args, **kwargs)
 
     return checked
+
+
+def refuse_oversized(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Answer 400 to a field longer than the console takes (FIELD_LENGTHS, else DEFAULT_FIELD_LENGTH).
+
+    Views echo their input -- in a filter form, a confirmation page's hidden fields, an
+    error message -- so a field of megabytes would make pages (and flash messages kept in
+    the session) of megabytes. Nothing the console takes comes near these bounds.
+    """
+
+    @functools.wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        for name, text in _inputs(request, args, kwargs):
+            limit = FIELD_LENGTHS.get(name, DEFAULT_FIELD_LENGTH)
+            if len(text) > limit:
+                return HttpResponseBadRequest(
+                    f"The console's {cut(name, 40)!r} is {len(text)} characters long; it takes at most {limit}.",
+                    content_type="text/plain",
+                )
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+def cut(text: str, limit: int = FLASH_LENGTH) -> str:
+    """Return ``text`` cut to about ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def flash(request: HttpRequest, level: int, text: str) -> None:
+    """Add a flash message, cut to FLASH_LENGTH (it waits in the session for the next page)."""
+    messages.add_message(request, level, cut(text))
+
+
+def clip(text: str, head: int = ERROR_HEAD, tail: int = ERROR_TAIL) -> str:
+    """Return ``text`` with its middle left out (and said so) when it is longer than ``head + tail``."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n… ({len(text) - head - tail} characters left out) …\n{text[-tail:]}"
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The start of a payload as compact JSON, for a list: the whole of it is on its own page."""
+
+    text: str
+    #: Bytes of the whole value as compact JSON (UTF-8): what MAX_PAYLOAD_BYTES counts.
+    size: int
+    cut: bool
+
+
+def preview(value: Any, limit: int = PREVIEW_LENGTH) -> Preview:
+    """Return the first ``limit`` characters of ``value`` as compact JSON, and its size."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return Preview(text[:limit], len(text.encode("utf-8", "surrogatepass")), len(text) > limit)
 
 
 class Console:
@@ -137,6 +232,7 @@ class Console:
             "tabs": [(key, label, url(key)) for key, label in TABS],
             "can": perms,
             "opts": QueueConsole._meta,
+            "limits": INPUT_LENGTHS,
             **context,
         }
         return TemplateResponse(request, f"django_sqlqueue/console/{template}", ctx)
@@ -182,7 +278,7 @@ def confirmed(request: HttpRequest) -> bool:
 
 
 def fail(request: HttpRequest, exc: Exception) -> None:
-    messages.error(request, str(exc))
+    flash(request, messages.ERROR, str(exc))
 
 
 def parse_time(value: str | None, what: str) -> dt.datetime | None:

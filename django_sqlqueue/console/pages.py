@@ -9,7 +9,26 @@ from django.utils.http import urlencode
 
 from .. import ops
 from ..exceptions import SQLQueueError
-from .base import Console, audit, confirmed, fail, parse_int, parse_time, pretty, require, require_action, url
+from .auditing import audit_batches
+from .base import (
+    PREVIEW_LENGTH,
+    Console,
+    audit,
+    clip,
+    confirmed,
+    fail,
+    flash,
+    parse_int,
+    parse_time,
+    pretty,
+    preview,
+    require,
+    require_action,
+    url,
+)
+
+#: Messages per transaction (and per LogEntry) of a topic purge.
+PURGE_BATCH_SIZE = ops.topics.DEFAULT_PURGE_BATCH
 
 
 class Pages(Console):
@@ -45,10 +64,21 @@ class Pages(Console):
         except SQLQueueError as exc:
             f, error = ops.MessageFilter(), str(exc)
         query = f.as_query()
+        # Payloads are cut here, not by CSS: 50 payloads of MAX_PAYLOAD_BYTES would make a page
+        # of tens of megabytes (an escaped "&" is 5 bytes). The message's own page has it all.
+        rows = [(m, preview(m.payload)) for m in page.items] if page else []
         return self.render(
             request,
             "messages.html",
-            {"page": page, "filter": g, "error": error, "qs": urlencode(query), "topics": ops.log_topics()},
+            {
+                "page": page,
+                "rows": rows,
+                "filter": g,
+                "error": error,
+                "qs": urlencode(query),
+                "topics": ops.log_topics(),
+                "preview_length": PREVIEW_LENGTH,
+            },
             tab="messages",
             title="Messages",
         )
@@ -62,7 +92,7 @@ class Pages(Console):
         return self.render(
             request,
             "message.html",
-            {"m": m, "payload": pretty(m.payload), "metadata": pretty(m.metadata)},
+            {"m": m, "payload": pretty(m.payload), "metadata": pretty(m.metadata), "size": preview(m.payload).size},
             tab="messages",
             title=f"Message {m.topic}[{m.partition}] seq {m.seq}",
         )
@@ -93,7 +123,11 @@ class Pages(Console):
         else:
             target = f"lease {p.get('group')}:{p.get('topic')}[{partition}]"
             audit(request, target, f"Released {target} held by {p.get('holder')} (1 lease).")
-            messages.success(request, f"Released {target}; a subscriber of the group takes it at its next lease round.")
+            flash(
+                request,
+                messages.SUCCESS,
+                f"Released {target}; a subscriber of the group takes it at its next lease round.",
+            )
         return HttpResponseRedirect(url("leases"))
 
     def deliveries(self, request: HttpRequest) -> HttpResponse:
@@ -107,7 +141,13 @@ class Pages(Console):
         return self.render(
             request,
             "deliveries.html",
-            {"rows": rows, "filter": g, "error": error, "statuses": ["in flight", "retrying", "scheduled"]},
+            {
+                # Up to 200 rows, each error up to MAX_ERROR_LENGTH: only its two ends are shown.
+                "rows": [(r, clip(r.last_error or "")) for r in rows],
+                "filter": g,
+                "error": error,
+                "statuses": ["in flight", "retrying", "scheduled"],
+            },
             tab="deliveries",
             title="In flight and retrying",
         )
@@ -136,16 +176,26 @@ class Pages(Console):
                     ],
                     back=url("topics"),
                 )
-            done = ops.purge_topic(topic)
+            # The fence and each batch of deletes write their LogEntry in their own transaction.
+            on_batch = audit_batches(request, f"topic {topic}", _describe_purge, deletion=True)
+            done = ops.purge_topic(topic, batch_size=PURGE_BATCH_SIZE, on_batch=on_batch)
         except SQLQueueError as exc:
             fail(request, exc)
             return HttpResponseRedirect(url("topics"))
-        audit(
+        flash(
             request,
-            f"topic {topic}",
+            messages.SUCCESS,
             f"Purged topic {topic}: {done.messages} message(s), "
             f"{done.delivery_states} delivery state row(s), {done.leases} lease(s).",
-            deletion=True,
         )
-        messages.success(request, f"Purged {done.messages} message(s) of {topic}.")
         return HttpResponseRedirect(url("topics"))
+
+
+def _describe_purge(step: ops.TopicPurge) -> str:
+    """The LogEntry of one transaction of a topic purge: the fence (first), or a batch of deletes."""
+    if step.messages:
+        return f"Purged topic {step.topic}: deleted {step.messages} message(s)"
+    return (
+        f"Purging topic {step.topic}: moved every watermark to the head, deleted {step.delivery_states} "
+        f"delivery state row(s) and {step.leases} lease(s)"
+    )

@@ -4,8 +4,11 @@
 
     urlpatterns = [..., path("sqlqueue/metrics", metrics)]
 
-Access: ``Authorization: Bearer <SQLQUEUE["METRICS_TOKEN"]>``, or a logged-in staff user
-(the admin's session). Anything else gets 403. The response is cached in the process for
+Access: ``Authorization: Bearer <SQLQUEUE["METRICS_TOKEN"]>`` (the scheme in any case), or
+a logged-in active staff user with the console's permission ``django_sqlqueue.view_queue``
+(the admin's session). Anything else gets 403; a method other than GET gets 405 (the view
+is exempt from CSRF: it only reads, and refuses every unsafe method before anything else).
+The response is cached in the process for
 :data:`CACHE_SECONDS`: concurrent and repeated scrapes within that window cost one read
 of the database (scrapers of several replicas each read once per window). Without the
 ``prometheus`` extra the view answers 404 with the install hint.
@@ -18,6 +21,7 @@ import threading
 import time
 
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseNotFound
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from django_sqlqueue.conf import get_settings
@@ -37,13 +41,35 @@ def clear_cache() -> None:
         _cached.clear()
 
 
+#: The console's permission (``console/base.py``): who may not see the console's pages may
+#: not read its numbers either. Not imported from there: the console needs the admin app,
+#: the metrics view does not.
+PERMISSION = "django_sqlqueue.view_queue"
+
+
+def _bearer(header: str) -> str | None:
+    """The credentials of an ``Authorization: Bearer <token>`` header, else None.
+
+    The scheme is case-insensitive (RFC 9110, 11.1): ``bearer`` and ``BEARER`` are Bearer.
+    """
+    scheme, _, credentials = header.partition(" ")
+    return credentials.strip(" \t") if scheme.lower() == "bearer" else None
+
+
 def _allowed(request: HttpRequest) -> bool:
     token = get_settings().METRICS_TOKEN
-    header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    credentials = _bearer(request.headers.get("Authorization", ""))
+    if token and credentials is not None:
+        # A Bearer header is the scraper's answer: a wrong one does not fall back to the
+        # session. WSGI hands headers over as Latin-1 text; check E012 keeps the token
+        # printable ASCII, so any other character can only be a mismatch.
+        if not credentials.isascii():
+            return False
+        return hmac.compare_digest(credentials.encode("ascii"), token.encode())
     user = getattr(request, "user", None)
-    return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
+    return bool(
+        user is not None and user.is_authenticated and user.is_active and user.is_staff and user.has_perm(PERMISSION)
+    )
 
 
 def scrape(using: str | None = None) -> tuple[bytes, str]:
@@ -60,9 +86,10 @@ def scrape(using: str | None = None) -> tuple[bytes, str]:
         return body, content_type
 
 
+@csrf_exempt  # so a POST gets require_GET's 405 (with Allow: GET), not the CSRF middleware's 403
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Serve the queue gauges in Prometheus' text format (token or staff login)."""
+    """Serve the queue gauges in Prometheus' text format (token, or staff with ``view_queue``)."""
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
@@ -70,7 +97,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
             f"sqlqueue metrics need the prometheus-client package: {INSTALL_HINT}", content_type="text/plain"
         )
     if not _allowed(request):
-        return HttpResponseForbidden("sqlqueue metrics: send Authorization: Bearer <METRICS_TOKEN> or log in as staff.")
+        return HttpResponseForbidden(
+            "sqlqueue metrics: send Authorization: Bearer <METRICS_TOKEN>, or log in as staff with the permission "
+            f"{PERMISSION}.",
+            content_type="text/plain",
+        )
     body, content_type = scrape()
     response = HttpResponse(body, content_type=content_type)
     response["Cache-Control"] = "no-store"

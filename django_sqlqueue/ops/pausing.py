@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 from ..rules.limits import TOPIC_COLUMN_LENGTH
 from ..rules.validation import validate_group, validate_topic
-from .base import store
+from .base import OperationError, store
 
 #: Characters of ``paused_by`` kept (the column's width).
 PAUSED_BY_LENGTH = 150
+#: Longest pause reason: a note for the other operators (the overview's problems and
+#: ``queue_status`` show it), not a document; the column is a TEXT and would take anything.
+REASON_LENGTH = 500
 
 
 def pause(group: str, topic: str, *, by: str = "", reason: str = "", using: str | None = None) -> bool:
@@ -24,10 +27,17 @@ def pause(group: str, topic: str, *, by: str = "", reason: str = "", using: str 
 
     Also deletes the group's leases of the topic in the same transaction, so the pause
     takes effect at the workers' next lease round even before they read the pause row;
-    the lease keeper then takes none while the row exists.
+    the lease keeper then takes none while the row exists. A ``reason`` longer than
+    REASON_LENGTH characters is refused (OperationError): nothing is written.
     """
     validate_group(group)
     validate_topic(topic, max_length=TOPIC_COLUMN_LENGTH)  # the width of the row it writes
+    if not isinstance(reason, str):
+        raise OperationError(f"the pause reason must be a string, got {type(reason).__name__}.")
+    if len(reason) > REASON_LENGTH:
+        raise OperationError(
+            f"the pause reason is {len(reason)} characters long; at most {REASON_LENGTH} are kept. Nothing was paused."
+        )
     return store(using).pause(group, topic, by[:PAUSED_BY_LENGTH], reason)
 
 

@@ -31,6 +31,9 @@ from ..rules.validation import validate_group, validate_topic
 from .base import NotFound, OperationError, alias, store
 
 POSITIONS = ("earliest", "latest")
+#: Unknown partitions an error names; it counts the rest ("and 299990 more"): a preview of
+#: any number of partitions gets an error of a few lines, not one of megabytes.
+NAMED_PARTITIONS = 10
 
 
 @dataclass(frozen=True)
@@ -135,11 +138,13 @@ def _plan(
             f"topic {topic!r} has no partitions yet (no message was sequenced and {group!r} has no offsets)."
         )
     chosen = known if partitions is None else sorted(set(partitions))
-    missing = [x for x in chosen if x not in known]
+    known_set = set(known)
+    missing = [x for x in chosen if x not in known_set]
     if missing:
-        raise NotFound(
-            f"topic {topic!r} has no partition {', '.join(map(str, missing))} (known: {known[0]}..{known[-1]})."
-        )
+        named = ", ".join(map(str, missing[:NAMED_PARTITIONS]))
+        if len(missing) > NAMED_PARTITIONS:
+            named += f" and {len(missing) - NAMED_PARTITIONS} more"
+        raise NotFound(f"topic {topic!r} has no partition {named} (known: {known[0]}..{known[-1]}).")
     rows = []
     for part in chosen:
         head, mark = topic_heads.get(part, 0), wm.get(part, 0)

@@ -339,3 +339,9 @@ def test_bulk_purge_everything_matching_the_filter(scene, operator):
 def test_unknown_deadletter_action(scene, operator):
     response = operator.post(u("deadletter_action"), {"action": "explode"}, follow=True)
     assert "Unknown action" in response.content.decode()
+
+
+def test_console_pages_cannot_be_framed(scene, viewer):
+    """Issue 28 (F13): the test project keeps Django's clickjacking middleware (docs/console.md
+    asks projects to): no other site can frame the one-click "Replay to <group>" button."""
+    assert viewer.get(u("deadletter", scene.dead[0]))["X-Frame-Options"] == "DENY"

@@ -9,7 +9,7 @@ test client against the project's URLconf (testproject/urls.py mounts the view).
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -111,7 +111,8 @@ def test_without_token_or_staff_it_is_forbidden(client):
 def test_a_staff_login_scrapes_without_token(client):
     with override_settings(SQLQUEUE=SETTINGS):  # no METRICS_TOKEN: staff only
         assert client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 403
-        User.objects.create_user("bob", password="pw", is_staff=True)
+        bob = User.objects.create_user("bob", password="pw", is_staff=True)
+        bob.user_permissions.add(Permission.objects.get(codename="view_queue"))  # the console's permission
         client.login(username="bob", password="pw")
         response = client.get(URL)
         assert response.status_code == 200
