@@ -38,7 +38,12 @@ def build_session(master: str | None = None, app_name: str = "sqlqueue", conf: M
     must not shift timestamps by the driver's zone. The JDBC driver jar, when present,
     is put on the classpath for :func:`~django_sqlqueue.spark.frames.load_messages`.
     """
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ImportError(
+            f'{exc}: the Spark pipelines need the spark extra: pip install "django-sqlqueue[spark]"'
+        ) from exc
 
     builder = SparkSession.builder.appName(app_name)
     if master or not under_spark_submit():

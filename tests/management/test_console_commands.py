@@ -64,7 +64,7 @@ def test_dlq_bad_arguments():
     build()
     with pytest.raises(CommandError, match="either --seq"):
         run("queue_dlq", "replay", "--yes")
-    with pytest.raises(CommandError, match="not an ISO 8601"):
+    with pytest.raises(CommandError, match="argument --failed-after: must be an ISO 8601 date and time"):
         run("queue_dlq", "list", "--failed-after", "soon")
 
 

@@ -44,5 +44,5 @@ def test_repartition_refuses_a_count_the_settings_do_not_give() -> None:
     build()
     with pytest.raises(CommandError, match=r"SQLQUEUE gives topic 'orders' 2 partitions, not 3"):
         topic("repartition", "orders", "3", "--yes")
-    with pytest.raises(CommandError, match="partitions must be an integer from 1 to"):
+    with pytest.raises(CommandError, match="argument partitions: must be an integer from 1 to 4096, got '0'"):
         topic("repartition", "orders", "0", "--yes")

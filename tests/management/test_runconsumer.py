@@ -38,6 +38,17 @@ def test_a_health_file_in_a_missing_directory_is_refused(tmp_path: Path) -> None
 
 
 @pytest.mark.usefixtures("restore_logger")
-def test_concurrency_below_1_is_refused() -> None:
-    with pytest.raises(CommandError, match="--concurrency must be at least 1, got 0"):
-        call_command(runconsumer.Command(), "--concurrency", "0")
+@pytest.mark.parametrize("given", ["0", "257", "100000"])
+def test_concurrency_outside_1_to_256_is_refused(given: str) -> None:
+    """Each handler thread holds a database connection; 100000 failed with "can't start new thread"."""
+    with pytest.raises(CommandError, match=f"argument --concurrency: must be an integer from 1 to 256, got '{given}'"):
+        call_command(runconsumer.Command(), "--concurrency", given)
+
+
+@pytest.mark.usefixtures("restore_logger")
+def test_a_concurrency_given_as_a_keyword_is_checked_too() -> None:
+    """``call_command(concurrency=...)`` skips the parser; the command checks it before a worker starts."""
+    with pytest.raises(CommandError, match="argument --concurrency: must be an integer from 1 to 256, got 0"):
+        call_command(runconsumer.Command(), concurrency=0)
+    with pytest.raises(CommandError, match=r"--metrics-port must be a TCP port \(1-65535\), got 70000"):
+        call_command(runconsumer.Command(), metrics_port=70000)

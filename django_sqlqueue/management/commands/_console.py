@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from typing import Any, ClassVar
 
@@ -46,14 +47,29 @@ def table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
-def parse_time(value: str | None) -> dt.datetime | None:
-    """Parse an ISO 8601 time option (naive = UTC); raise CommandError when it is not one."""
+def parse_time(value: str | dt.datetime | None) -> dt.datetime | None:
+    """Parse an ISO 8601 time option (naive = UTC); raise CommandError when it is not one.
+
+    The parser's ``_args.time`` type has parsed it already when it came from the command line.
+    """
     if not value:
         return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
     try:
         return parse_iso_time(value)
     except ValueError:
         raise CommandError(f"{value!r} is not an ISO 8601 date and time (e.g. 2026-01-31T12:00:00Z).") from None
+
+
+@contextmanager
+def ops_errors() -> Iterator[None]:
+    """Turn an error of the service layer (``OperationError``, any ``SQLQueueError``) into the
+    command's one-line ``CommandError``: the operator sees what was refused, not a traceback."""
+    try:
+        yield
+    except SQLQueueError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 class SubcommandCommand(BaseCommand):
@@ -68,10 +84,8 @@ class SubcommandCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         _, _, handler = self.SUBCOMMANDS[options["subcommand"]]
-        try:
+        with ops_errors():
             handler(self, options)
-        except SQLQueueError as exc:
-            raise CommandError(str(exc)) from exc
 
     # -- helpers for handlers -------------------------------------------------------------
 
@@ -86,14 +100,21 @@ class SubcommandCommand(BaseCommand):
         return table(head, rows)
 
     def confirm(self, options: dict[str, Any], question: str) -> None:
-        """Ask before a destructive action unless --yes/--noinput; refuse without a terminal."""
-        if options.get("yes") or not options.get("interactive", True):
-            return
-        if not sys.stdin.isatty():
-            raise CommandError(f"{question} -- refusing without confirmation: pass --yes (or --noinput).")
+        confirm(options, question)
+
+
+def confirm(options: dict[str, Any], question: str) -> None:
+    """Ask before a destructive action unless --yes/--noinput; refuse without a terminal."""
+    if options.get("yes") or not options.get("interactive", True):
+        return
+    if not sys.stdin or not sys.stdin.isatty():
+        raise CommandError(f"{question} -- refusing without confirmation: pass --yes (or --noinput).")
+    try:
         answer = input(f"{question} [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
-            raise CommandError("aborted, nothing was changed.")
+    except EOFError:  # the terminal closed (Ctrl-D)
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CommandError("aborted, nothing was changed.")
 
 
 def destructive(parser: CommandParser) -> None:

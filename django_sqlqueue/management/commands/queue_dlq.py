@@ -8,15 +8,16 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_sqlqueue import ops
 
+from . import _args
 from ._console import Subcommand, SubcommandCommand, destructive, parse_time
 
 
 def _filters(p: CommandParser) -> None:
-    p.add_argument("--topic", help="original topic (its dead letters live in <topic><DLQ_SUFFIX>)")
-    p.add_argument("--group", help="the consumer group that failed them")
-    p.add_argument("--error", help="exception class, e.g. ValueError or myapp.errors.Timeout")
-    p.add_argument("--failed-after", help="ISO 8601 time (UTC if no offset)")
-    p.add_argument("--failed-before", help="ISO 8601 time (UTC if no offset)")
+    p.add_argument("--topic", type=_args.topic, help="original topic (its dead letters live in <topic><DLQ_SUFFIX>)")
+    p.add_argument("--group", type=_args.group, help="the consumer group that failed them")
+    p.add_argument("--error", type=_args.text(), help="exception class, e.g. ValueError or myapp.errors.Timeout")
+    p.add_argument("--failed-after", type=_args.time, help="ISO 8601 time (UTC if no offset)")
+    p.add_argument("--failed-before", type=_args.time, help="ISO 8601 time (UTC if no offset)")
 
 
 def _filter(o: dict[str, Any]) -> ops.DeadLetterFilter:
@@ -31,8 +32,8 @@ def _filter(o: dict[str, Any]) -> ops.DeadLetterFilter:
 
 def add_list(p: CommandParser) -> None:
     _filters(p)
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--cursor", type=int, help="continue below this seq (printed as next_cursor)")
+    p.add_argument("--limit", type=_args.limit, default=50, help=f"rows to print, 1 to {_args.MAX_LIMIT} (default 50)")
+    p.add_argument("--cursor", type=_args.seq, help="continue below this seq (printed as next_cursor)")
 
 
 def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
@@ -57,9 +58,14 @@ def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 
 def add_bulk(p: CommandParser) -> None:
     _filters(p)
-    p.add_argument("--seq", type=int, nargs="+", help="dead letters by seq (from `list`)")
+    p.add_argument("--seq", type=_args.seq, nargs="+", help="dead letters by seq (from `list`)")
     p.add_argument("--all-matching", action="store_true", help="every dead letter matching the filters")
-    p.add_argument("--batch-size", type=int, default=ops.deadletters.DEFAULT_BATCH)
+    p.add_argument(
+        "--batch-size",
+        type=_args.batch_size,
+        default=ops.deadletters.DEFAULT_BATCH,
+        help=f"dead letters per transaction, 1 to {_args.MAX_BATCH} (default {ops.deadletters.DEFAULT_BATCH})",
+    )
     destructive(p)
 
 

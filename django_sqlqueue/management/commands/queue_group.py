@@ -7,13 +7,15 @@ from typing import Any, ClassVar
 from django.core.management.base import CommandError, CommandParser
 
 from django_sqlqueue import ops
+from django_sqlqueue.ops.pausing import REASON_LENGTH
 
+from . import _args
 from ._console import Subcommand, SubcommandCommand, destructive, parse_time
 
 
 def add_list(p: CommandParser) -> None:
-    p.add_argument("--group")
-    p.add_argument("--topic")
+    p.add_argument("--group", type=_args.group)
+    p.add_argument("--topic", type=_args.topic)
     p.add_argument("--partitions", action="store_true", help="one row per partition")
 
 
@@ -47,13 +49,13 @@ def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 
 
 def add_pair(p: CommandParser) -> None:
-    p.add_argument("group")
-    p.add_argument("topic")
+    p.add_argument("group", type=_args.group)
+    p.add_argument("topic", type=_args.topic)
 
 
 def add_pause(p: CommandParser) -> None:
     add_pair(p)
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", type=_args.text(REASON_LENGTH), help=f"at most {REASON_LENGTH} characters")
 
 
 def do_pause(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
@@ -67,8 +69,8 @@ def do_resume(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 
 
 def add_drop(p: CommandParser) -> None:
-    p.add_argument("group")
-    p.add_argument("--topic", help="only the group's consumption of this topic")
+    p.add_argument("group", type=_args.group)
+    p.add_argument("--topic", type=_args.topic, help="only the group's consumption of this topic")
     p.add_argument("--force", action="store_true", help="even with live subscribers")
     destructive(p)
 
@@ -91,11 +93,13 @@ def do_drop(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 def add_seek(p: CommandParser) -> None:
     add_pair(p)
     to = p.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-offset", type=int, help="new watermark: the next delivered offset is N + 1")
-    to.add_argument("--to-time", help="deliver from the first message published at or after this ISO 8601 time")
+    to.add_argument("--to-offset", type=_args.offset, help="new watermark: the next delivered offset is N + 1")
+    to.add_argument(
+        "--to-time", type=_args.time, help="deliver from the first message published at or after this ISO 8601 time"
+    )
     to.add_argument("--to-earliest", action="store_true", help="everything still in the log again")
     to.add_argument("--to-latest", action="store_true", help="skip everything up to the head")
-    p.add_argument("--partitions", help="comma-separated partitions (default: all)")
+    p.add_argument("--partitions", type=_args.partitions, help="comma-separated partitions (default: all)")
     destructive(p)
 
 

@@ -16,6 +16,9 @@ from django.db import Error as DatabaseError
 
 from django_sqlqueue import ops
 from django_sqlqueue.exceptions import SQLQueueError
+from django_sqlqueue.rules.limits import MAX_BIGINT, MAX_SECONDS
+
+from . import _args
 
 #: Exit statuses: healthy, a threshold crossed, could not check (bad usage, unknown group
 #: or topic, database unreachable or any other database error).
@@ -31,8 +34,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--group", help="only this consumer group")
-        parser.add_argument("--topic", help="only this topic")
+        parser.add_argument("--group", type=_args.group, help="only this consumer group")
+        parser.add_argument("--topic", type=_args.topic, help="only this topic")
+        # The thresholds' own rules (>= 0, finite) are ops.Thresholds', shared with the console and
+        # answered with exit status 2 under call_command too; handle() adds the upper bounds.
         parser.add_argument("--max-lag", type=int, help="most messages a group may lag behind on a topic")
         parser.add_argument(
             "--max-lag-seconds",
@@ -48,6 +53,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for name, most in (("max_lag", MAX_BIGINT), ("max_dead_letters", MAX_BIGINT), ("max_lag_seconds", MAX_SECONDS)):
+            # A count above BIGINT cannot be compared in SQL (SQLite's driver cannot even send it).
+            if options[name] is not None and options[name] > most:
+                flag = "--" + name.replace("_", "-")
+                raise CommandError(f"{flag} must be at most {most}, got {options[name]}.", returncode=UNKNOWN)
         try:
             given = {
                 name: options[name]

@@ -1,6 +1,7 @@
 """``manage.py queue_pipeline backfill|export|replay|report``: the queue's Spark pipelines.
 
-Needs the ``spark`` extra (``pip install django-sqlqueue[spark]``). ``--master`` picks the
+Needs the ``spark`` extra (``pip install "django-sqlqueue[spark]"``) except ``replay --group``, which
+only positions a new group's watermarks; without it the command says so. ``--master`` picks the
 cluster; without it, the master given to ``spark-submit`` (when the command runs under it),
 else ``local[*]``. The
 database connection is taken from ``settings.DATABASES``: no credentials on the command line.
@@ -8,7 +9,8 @@ database connection is taken from ``settings.DATABASES``: no credentials on the 
 
 from __future__ import annotations
 
-import datetime as dt
+import argparse
+import importlib.util
 import logging
 import time
 from typing import Any
@@ -16,100 +18,151 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sqlqueue.exceptions import SQLQueueError
-from django_sqlqueue.rules.timeparse import parse_time
+
+from . import _args
+from ._console import confirm
 
 logger = logging.getLogger("django_sqlqueue.pipeline")
 
+#: What each pipeline imports of the ``spark`` extra (pyproject.toml).
+NEEDS = {
+    "backfill": ("pyspark", "pyarrow"),
+    "export": ("pyspark", "pyarrow"),
+    "replay": ("pyspark", "pyarrow"),
+    "report": ("pyspark", "pyarrow", "matplotlib"),
+}
+INSTALL_HINT = 'pip install "django-sqlqueue[spark]" (and Java 17 for Spark)'
+text = _args.text()
 
-def _time(value: str) -> dt.datetime:
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise CommandError(f"not an ISO 8601 time: {value!r} (e.g. 2026-11-22T08:00 -- naive times are UTC)") from None
+
+def database_alias(value: str) -> str:
+    """An argparse type: an alias of ``settings.DATABASES``."""
+    from django.conf import settings
+
+    if value not in settings.DATABASES:
+        known = ", ".join(sorted(settings.DATABASES))
+        raise argparse.ArgumentTypeError(f"must be an alias of settings.DATABASES ({known}), got {_args.shown(value)}")
+    return value
+
+
+def spark_setting(value: str) -> str:
+    """An argparse type: ``KEY=VALUE`` of a Spark setting (``--conf``)."""
+    value = text(value)
+    name, sep, _ = value.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {_args.shown(value)}")
+    return value
+
+
+def missing_modules(pipeline: str) -> list[str]:
+    """The modules ``pipeline`` needs that are not installed."""
+    return [name for name in NEEDS[pipeline] if importlib.util.find_spec(name) is None]
 
 
 class Command(BaseCommand):
     help = "Run a Spark pipeline on the queue: backfill, export, replay or report."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # The subparsers inherit called_from_command_line (Django's CommandParser.add_subparsers):
+        # from the command line an argument error is argparse's usage and one line, exit 2.
         sub = parser.add_subparsers(dest="pipeline", required=True, parser_class=type(parser))
 
         def common(p: Any) -> None:
             p.add_argument(
-                "--master", default="local[*]", help="Spark master (default local[*]; e.g. spark://host:7077)"
+                "--master",
+                type=text,
+                default="local[*]",
+                help="Spark master (default local[*]; e.g. spark://host:7077)",
             )
-            p.add_argument("--database", default=None, help="database alias (default SQLQUEUE['DATABASE'])")
             p.add_argument(
-                "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)"
+                "--database", type=database_alias, default=None, help="database alias (default SQLQUEUE['DATABASE'])"
+            )
+            p.add_argument(
+                "--conf",
+                type=spark_setting,
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="a Spark setting (repeatable)",
             )
 
-        p = sub.add_parser(
-            "backfill", help="publish the rows of Parquet/JSON/CSV files to a topic", called_from_command_line=False
+        p = sub.add_parser("backfill", help="publish the rows of Parquet/JSON/CSV files to a topic")
+        p.add_argument(
+            "source", type=text, help="a file or directory (any path Spark reads: local, hdfs://, s3a://...)"
         )
-        p.add_argument("source", help="a file or directory (any path Spark reads: local, hdfs://, s3a://...)")
-        p.add_argument("--topic", required=True)
+        p.add_argument("--topic", type=_args.topic, required=True)
         p.add_argument("--format", dest="fmt", default="parquet", choices=["parquet", "json", "csv"])
-        p.add_argument("--id-column", help="column of unique message ids (default: ids are content hashes)")
-        p.add_argument("--key-column", help="column of message keys (ordering scope)")
-        p.add_argument("--payload-column", help="the payload column (default: a struct of all other columns)")
-        p.add_argument("--batch-size", type=int, default=2000, help="rows per INSERT transaction")
+        p.add_argument("--id-column", type=text, help="column of unique message ids (default: ids are content hashes)")
+        p.add_argument("--key-column", type=text, help="column of message keys (ordering scope)")
+        p.add_argument(
+            "--payload-column", type=text, help="the payload column (default: a struct of all other columns)"
+        )
+        p.add_argument(
+            "--batch-size",
+            type=_args.batch_size,
+            default=2000,
+            help=f"rows per INSERT transaction, 1 to {_args.MAX_BATCH} (default 2000)",
+        )
         common(p)
 
-        p = sub.add_parser(
-            "export", help="write topics (or DLQ topics) to Parquet, by topic and date", called_from_command_line=False
-        )
-        p.add_argument("--topic", action="append", required=True, help="topic to export (repeatable)")
+        p = sub.add_parser("export", help="write topics (or DLQ topics) to Parquet, by topic and date")
+        p.add_argument("--topic", type=_args.topic, action="append", required=True, help="topic to export (repeatable)")
         p.add_argument("--dlq", action="store_true", help="export the topics' dead-letter topics instead")
-        p.add_argument("--output", required=True, help="output directory (topic=<t>/date=<d>/ below it)")
-        p.add_argument("--since", type=_time, help="published at or after (ISO 8601, UTC if naive)")
-        p.add_argument("--until", type=_time, help="published before")
+        p.add_argument("--output", type=text, required=True, help="output directory (topic=<t>/date=<d>/ below it)")
+        p.add_argument("--since", type=_args.time, help="published at or after (ISO 8601, UTC if naive)")
+        p.add_argument("--until", type=_args.time, help="published before")
         p.add_argument("--engine", default="auto", choices=["auto", "jdbc", "python"])
         p.add_argument("--overwrite", action="store_true", help="replace the (topic, date) directories written")
         common(p)
 
-        p = sub.add_parser(
-            "replay",
-            help="replay a time range of a topic into another topic or a new group",
-            called_from_command_line=False,
-        )
-        p.add_argument("--topic", required=True)
-        p.add_argument("--since", type=_time, required=True)
-        p.add_argument("--until", type=_time, help="end of the range (topic replays only)")
+        p = sub.add_parser("replay", help="replay a time range of a topic into another topic or a new group")
+        p.add_argument("--topic", type=_args.topic, required=True)
+        p.add_argument("--since", type=_args.time, required=True)
+        p.add_argument("--until", type=_args.time, help="end of the range (topic replays only)")
         target = p.add_mutually_exclusive_group(required=True)
-        target.add_argument("--to-topic", help="publish the range to this topic")
-        target.add_argument("--group", help="start this NEW consumer group at --since")
-        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        target.add_argument("--to-topic", type=_args.topic, help="publish the range to this topic")
+        target.add_argument("--group", type=_args.group, help="start this NEW consumer group at --since")
+        p.add_argument(
+            "--yes", "--noinput", "--no-input", dest="yes", action="store_true", help="do not ask for confirmation"
+        )
         common(p)
 
-        p = sub.add_parser("report", help="write an HTML report with plots", called_from_command_line=False)
-        p.add_argument("--output", required=True, help="HTML file to write")
-        p.add_argument("--hours", type=int, default=48, help="hours of history in 'messages per hour'")
+        p = sub.add_parser("report", help="write an HTML report with plots")
+        p.add_argument("--output", type=text, required=True, help="HTML file to write")
+        p.add_argument(
+            "--hours",
+            type=_args.bounded_int(1, _args.MAX_REPORT_HOURS),
+            default=48,
+            help=f"hours of history in 'messages per hour', 1 to {_args.MAX_REPORT_HOURS} (default 48)",
+        )
         common(p)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            from django_sqlqueue.spark import sqlqueue_options
-            from django_sqlqueue.spark.session import build_session
-        except ImportError as exc:
-            raise CommandError(
-                f"queue_pipeline needs the spark extra (pip install django-sqlqueue[spark]): {exc}"
-            ) from exc
         pipeline = options["pipeline"]
         if pipeline == "replay" and options["group"]:
             # Not a Spark job: positions a new group's watermarks.
             self._replay_group(options)
             return
+        conf = {}
+        for item in options["conf"]:  # parsed by spark_setting already, unless given to call_command
+            name, _, value = _args.checked(item, "--conf", spark_setting).partition("=")
+            conf[name.strip()] = value
+        missing = missing_modules(pipeline)
+        if missing:
+            raise CommandError(
+                f"queue_pipeline {pipeline} needs the spark extra ({', '.join(missing)} not installed): {INSTALL_HINT}."
+            )
+        from django_sqlqueue.spark import sqlqueue_options
+        from django_sqlqueue.spark.session import build_session
+
         try:
             source_options = sqlqueue_options(options["database"])
         except SQLQueueError as exc:
             raise CommandError(str(exc)) from exc
-        conf = {}
-        for item in options["conf"]:
-            name, sep, value = item.partition("=")
-            if not sep or not name:
-                raise CommandError(f"--conf takes KEY=VALUE, got {item!r}")
-            conf[name.strip()] = value
-        spark = build_session(options["master"], f"sqlqueue-{pipeline}", conf)
+        try:
+            spark = build_session(options["master"], f"sqlqueue-{pipeline}", conf)
+        except ImportError as exc:  # installed, but broken (e.g. a pyspark without its py4j)
+            raise CommandError(f"queue_pipeline {pipeline}: {exc}: {INSTALL_HINT}.") from exc
         started = time.monotonic()
         try:
             getattr(self, f"_{pipeline}")(spark, source_options, options)
@@ -175,12 +228,11 @@ class Command(BaseCommand):
 
         if options["until"]:
             raise CommandError("--until applies to --to-topic only: a consumer group reads on from --since.")
-        question = (
+        confirm(
+            options,
             f"Start NEW consumer group {options['group']!r} on {options['topic']!r} at messages published since "
-            f"{options['since'].isoformat()}? [y/N] "
+            f"{options['since'].isoformat()}?",
         )
-        if not options["yes"] and input(question).strip().lower() not in ("y", "yes"):
-            raise CommandError("cancelled")
         try:
             marks = replay_to_group(options["topic"], options["group"], options["since"], using=options["database"])
         except SQLQueueError as exc:

@@ -8,6 +8,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_sqlqueue.tasks.discovery import configured_aliases
 
+from . import _args
+from ._console import ops_errors
+
 
 class Command(BaseCommand):
     help = (
@@ -16,8 +19,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--older-than", type=float, default=None, help="seconds since the task finished")
-        parser.add_argument("--backend", default=None, help="only this TASKS alias")
+        parser.add_argument("--older-than", type=_args.seconds, default=None, help="seconds since the task finished")
+        parser.add_argument("--backend", type=_args.text(), default=None, help="only this TASKS alias")
         parser.add_argument("--dry-run", action="store_true", help="count, delete nothing")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -31,14 +34,15 @@ class Command(BaseCommand):
             aliases = [options["backend"]]
         if not aliases:
             raise CommandError("settings.TASKS configures no django_sqlqueue.tasks.SQLQueueBackend.")
-        if options["older_than"] is not None and options["older_than"] < 0:
-            raise CommandError(f"--older-than must be >= 0 seconds, got {options['older_than']}.")
+        # Again for call_command(older_than=...), which skips the parser: nan and inf included.
+        older_than = _args.checked(options["older_than"], "--older-than", _args.seconds)
         from django_sqlqueue.tasks.compat import task_backends
         from django_sqlqueue.tasks.results import prune
 
         for alias in aliases:
             backend: Any = task_backends[alias]
-            older = options["older_than"] if options["older_than"] is not None else backend.sqlqueue.result_retention
-            n = prune(older_than=older, backend=alias, dry_run=options["dry_run"])
+            older = older_than if older_than is not None else backend.sqlqueue.result_retention
+            with ops_errors():
+                n = prune(older_than=older, backend=alias, dry_run=options["dry_run"])
             verb = "would delete" if options["dry_run"] else "deleted"
             self.stdout.write(f"{alias}: {verb} {n} finished task result(s) older than {older:g}s")

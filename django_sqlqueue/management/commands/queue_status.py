@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand
 from django_sqlqueue.ops import list_topics
 from django_sqlqueue.ops.status import ConsumerInfo, queue_status
 
-from ._console import table
+from . import _args
+from ._console import ops_errors, table
 
 COLUMNS = (
     "group",
@@ -34,12 +35,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--group", help="only this consumer group")
-        parser.add_argument("--topic", help="only this topic")
+        parser.add_argument("--group", type=_args.group, help="only this consumer group")
+        parser.add_argument("--topic", type=_args.topic, help="only this topic")
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        status = queue_status(group=options["group"], topic=options["topic"])
+        with ops_errors():
+            status = queue_status(group=options["group"], topic=options["topic"])
         if options["json"]:
             self.stdout.write(json.dumps(asdict(status), indent=2, default=str))
             return

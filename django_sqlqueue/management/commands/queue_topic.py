@@ -12,6 +12,7 @@ from django.core.management.base import CommandParser
 
 from django_sqlqueue import ops
 
+from . import _args
 from ._console import Subcommand, SubcommandCommand, destructive
 
 
@@ -34,8 +35,13 @@ def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 
 
 def add_purge(p: CommandParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("topic", type=_args.topic)
+    p.add_argument(
+        "--batch-size",
+        type=_args.batch_size,
+        default=1000,
+        help=f"messages deleted per transaction, 1 to {_args.MAX_BATCH} (default 1000)",
+    )
     destructive(p)
 
 
@@ -55,8 +61,8 @@ def do_purge(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
 
 
 def add_repartition(p: CommandParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("partitions", type=int)
+    p.add_argument("topic", type=_args.topic)
+    p.add_argument("partitions", type=_args.partition_count, help=f"1 to {_args.MAX_PARTITIONS}")
     destructive(p)
 
 

@@ -10,12 +10,17 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
-from django_sqlqueue.exceptions import ConfigurationError, WorkerCrashed
+from django_sqlqueue.exceptions import ConfigurationError, SQLQueueError, WorkerCrashed
+from django_sqlqueue.rules.limits import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.schedules import all_schedules
 from django_sqlqueue.tasks.discovery import task_consumer_specs
 from django_sqlqueue.worker.logsetup import configure_worker_logging
 from django_sqlqueue.worker.loop import Worker
 from django_sqlqueue.worker.shutdown import graceful_signals
+
+from . import _args
+
+CONCURRENCY = _args.bounded_int(1, _args.MAX_CONCURRENCY)
 
 
 class Command(BaseCommand):
@@ -28,9 +33,15 @@ class Command(BaseCommand):
         return parser
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--group", action="append", default=[], help="consumer group to run (repeatable)")
-        parser.add_argument("--topic", action="append", default=[], help="topic to consume (repeatable)")
-        parser.add_argument("--name", default=None, help="subscriber name (default: host:pid)")
+        parser.add_argument(
+            "--group", action="append", type=_args.group, default=[], help="consumer group to run (repeatable)"
+        )
+        parser.add_argument(
+            "--topic", action="append", type=_args.topic, default=[], help="topic to consume (repeatable)"
+        )
+        parser.add_argument(
+            "--name", type=_args.text(SUBSCRIBER_NAME_LENGTH), default=None, help="subscriber name (default: host:pid)"
+        )
         parser.add_argument(
             "--no-schedules",
             action="store_true",
@@ -39,15 +50,17 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=int,
+            type=CONCURRENCY,
             default=1,
-            help="handler threads: batches of different partitions run in parallel, order within a "
-            "partition is kept (default 1: one handler at a time). A handler over its consumer's timeout "
-            "is abandoned and its thread replaced; once more are stuck than this, the worker exits 1",
+            help=f"handler threads, 1 to {_args.MAX_CONCURRENCY}: batches of different partitions run in parallel, "
+            "order within a partition is kept (default 1: one handler at a time); each holds a database "
+            "connection. A handler over its consumer's timeout is abandoned and its thread replaced; once more "
+            "are stuck than this, the worker exits 1",
         )
         parser.add_argument(
             "--health-file",
             metavar="PATH",
+            type=_args.text(),
             help="touch PATH (create it, update its mtime) after each healthy poll-loop round, at most once a "
             "second: a liveness probe checks its age (e.g. find PATH -mmin -1)",
         )
@@ -65,19 +78,20 @@ class Command(BaseCommand):
             "--metrics-addr",
             default="0.0.0.0",
             metavar="ADDR",
+            type=_args.text(),
             help="address --metrics-port listens on (default 0.0.0.0)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         health_file = options["health_file"]
+        # Again for call_command(concurrency=...): a keyword skips the parser, and it starts threads.
         port = options["metrics_port"]
         if port is not None and not 0 < port < 65536:
             raise CommandError(f"--metrics-port must be a TCP port (1-65535), got {port}.")
+        concurrency = _args.checked(options["concurrency"], "--concurrency", CONCURRENCY)
         if health_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(health_file))):
             raise CommandError(f"--health-file {health_file}: its directory does not exist.")
         configure_worker_logging(options["verbosity"])
-        if options["concurrency"] < 1:
-            raise CommandError(f"--concurrency must be at least 1, got {options['concurrency']}.")
         load_consumers()
         # The django.tasks backend's queues are consumers too (django_sqlqueue.tasks).
         for spec in task_consumer_specs():
@@ -90,18 +104,25 @@ class Command(BaseCommand):
                 f" (registered group:topic pairs: {known})."
             )
         name = options["name"] or f"{socket.gethostname()}:{os.getpid()}"
-        schedules = [] if options["no_schedules"] else all_schedules(get_settings().SCHEDULES)
-        metrics = self._start_metrics(options["metrics_port"], options["metrics_addr"])
         try:
-            worker = Worker(
-                specs,
-                name=name,
-                conf=get_settings(),
-                concurrency=options["concurrency"],
-                schedules=schedules,
-                health_file=health_file,
-                instruments=metrics,
-            )
+            conf = get_settings()
+            schedules = [] if options["no_schedules"] else all_schedules(conf.SCHEDULES, conf.DLQ_SUFFIX)
+        except SQLQueueError as exc:
+            raise CommandError(str(exc)) from exc
+        metrics = self._start_metrics(port, options["metrics_addr"])
+        try:
+            try:
+                worker = Worker(
+                    specs,
+                    name=name,
+                    conf=get_settings(),
+                    concurrency=concurrency,
+                    schedules=schedules,
+                    health_file=health_file,
+                    instruments=metrics,
+                )
+            except SQLQueueError as exc:  # e.g. a subscriber name the worker refuses
+                raise CommandError(str(exc)) from exc
             with graceful_signals(worker.stop):
                 try:
                     worker.run()
