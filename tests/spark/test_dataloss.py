@@ -14,13 +14,13 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connections
+from django.utils import timezone
 
 from django_sqlqueue import ops
 from django_sqlqueue.db.sequencer import sequence
-from django_sqlqueue.db.store.messages import write_messages
+from django_sqlqueue.db.store.messages import write_dead_letter
 from django_sqlqueue.models import ConsumerOffset, Message, Partition
 from django_sqlqueue.ops.gc import collect_garbage
-from django_sqlqueue.rules.validation import prepare_message
 
 from .helpers import publish_sequenced, reader, run_to_parquet, stream
 
@@ -131,7 +131,19 @@ def test_batch_read_fails_on_deleted_offsets_unless_told(spark, queue_options):
 def test_holes_in_a_dead_letter_topic_are_not_data_loss(spark, queue_options):
     """Replaying or purging a dead letter deletes its row: such holes are left on purpose."""
     # Written as the engine writes dead letters (publish() refuses dead-letter topics).
-    write_messages("orders_dlq", [prepare_message({"n": i}, key="k0", id=f"g:m{i}") for i in range(6)], using="default")
+    for i in range(6):
+        write_dead_letter(
+            "orders_dlq",
+            key="k0",
+            id=f"g:m{i}",
+            payload={"n": i},
+            metadata={},
+            created_at=timezone.now(),
+            failure_count=3,
+            last_error="ValueError: boom",
+            original_topic="orders",
+            using="default",
+        )
     sequence("orders_dlq")
     Message.objects.filter(topic="orders_dlq", offset=3).delete()
     assert reader(spark, queue_options, "orders_dlq").count() == 5
