@@ -174,12 +174,12 @@ class Sequencer(StoreBase):
         d, P = self.dialect, self.P
         kept: dict[int, _Ahead] = {}
         with self.transaction() as cursor:
-            # An inline worker's poll loop runs handlers too: bound this transaction's idle
-            # time before it takes the head locks (db/session.py; nothing elsewhere).
-            bound_engine_transaction(self.connection, cursor)
+            # An inline worker's poll loop runs handlers too: this transaction's idle time is
+            # bounded by the statement that takes the head locks (db/session.py; "" elsewhere).
+            bound = bound_engine_transaction(self.connection, cursor)
             cursor.execute(
-                f"SELECT {P}, head_offset FROM queue_partitions WHERE topic = %s AND {P} IN ({in_list(partitions)}) "
-                f"ORDER BY {P} {d.for_update}",
+                f"SELECT {P}, head_offset FROM queue_partitions WHERE topic = %s AND {P} IN ({in_list(partitions)})"
+                f"{bound} ORDER BY {P} {d.for_update}",
                 [topic, *partitions],
             )
             heads = {int(p): int(h) for p, h in cursor.fetchall()}

@@ -24,10 +24,11 @@ carry the bound for its whole session: a handler's own transaction may legitimat
 There (:func:`handler_thread_connections`) the bound covers the engine's transactions only:
 
 - every fenced transaction (:func:`bound_engine_transaction`, called by ``lock_held``
-  before it takes the share locks) and every sequencing transaction is bounded --
-  PostgreSQL with ``SET LOCAL`` (that transaction only: back to the session's value at
-  commit or rollback), MariaDB, whose setting has no transaction scope, by setting the
-  session's value when it is not set already;
+  for the statement that takes the share locks) and every sequencing transaction is
+  bounded -- PostgreSQL by that very statement (``set_config(..., true)``, i.e. ``SET
+  LOCAL``, in its WHERE: that transaction only, back to the session's value at commit or
+  rollback, and no statement of its own), MariaDB, whose setting has no transaction scope,
+  by setting the session's value when it is not set already;
 - handler calls run in :func:`handler_section`: nothing is bounded from inside one (an
   atomic consumer's ack is written in its handler's own transaction), and on MariaDB the
   session's value is put back to the server's default just before the first statement
@@ -120,25 +121,30 @@ def handler_thread_connections(using: str, idle_transaction_seconds: float) -> I
                 connection.close()
 
 
-def bound_engine_transaction(connection: BaseDatabaseWrapper, cursor: Any) -> None:
-    """Bound the idle time of the engine transaction open on ``cursor`` (its first statement,
-    before it takes any lock), on a thread of :func:`handler_thread_connections`; nothing
-    elsewhere (engine connections are bounded for the whole session already), nor inside a
-    handler call (its transaction is the handler's)."""
+def bound_engine_transaction(connection: BaseDatabaseWrapper, cursor: Any) -> str:
+    """Bound the idle time of the engine transaction open on ``cursor``, on a thread of
+    :func:`handler_thread_connections`, before its first lock; return what to append to the
+    WHERE of the statement that takes that lock (``""`` or ``" AND <condition>"``).
+
+    PostgreSQL: the condition (``Dialect.idle_transaction_bound_filter``, SET LOCAL as a side
+    effect: no statement of its own). MariaDB: the session's setting, set here when it is not
+    set already. Nothing elsewhere (engine connections are bounded for the whole session
+    already), nor inside a handler call (its transaction is the handler's)."""
     shared = getattr(_engine, "shared", None)
     if shared is None or shared[0] != connection.alias or getattr(_engine, "in_handler", False):
-        return
+        return ""
     dialect = get_dialect(connection)
-    local = dialect.idle_transaction_local_sql(shared[1])
-    if local is not None:
-        cursor.execute(local)
-    elif not getattr(connection, _BOUND, False):
+    condition = dialect.idle_transaction_bound_filter(shared[1])
+    if condition is not None:
+        return f" AND {condition}"
+    if not getattr(connection, _BOUND, False):
         sql = dialect.idle_transaction_timeout_sql(shared[1])
         if sql is not None:
             # MariaDB: a session setting, not transactional; it applies from the next wait
             # for a statement on, i.e. to this transaction's idle time after this point.
             cursor.execute(sql)
             setattr(connection, _BOUND, True)
+    return ""
 
 
 @contextmanager

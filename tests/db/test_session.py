@@ -209,7 +209,7 @@ def test_a_handlers_own_transaction_on_such_a_thread_may_idle_and_the_next_fence
 def test_a_handler_that_does_not_use_the_database_costs_no_statement():
     """MariaDB keeps the session's bound across handlers that send nothing (the lazy reset)."""
     if connection.vendor != "mysql":
-        pytest.skip("PostgreSQL bounds each fenced transaction with SET LOCAL instead")
+        pytest.skip("PostgreSQL bounds each fenced transaction in its fence statement instead")
     expired_lease_of_w1()
     seen: list[str] = []
 
@@ -236,3 +236,33 @@ def test_a_handler_that_does_not_use_the_database_costs_no_statement():
     thread.start()
     thread.join(30)
     assert seen == ["1"]
+
+
+def test_on_postgresql_the_fence_bounds_its_transaction_without_a_statement_of_its_own():
+    if connection.vendor != "postgresql":
+        pytest.skip("MariaDB's setting has no transaction scope: it is set on the session")
+    expired_lease_of_w1()
+    seen: dict[str, object] = {}
+
+    def run() -> None:
+        s = store()
+        try:
+            with handler_thread_connections(s.using, 1):
+                statements: list[str] = []
+
+                def record(execute, sql, *args):
+                    statements.append(sql)
+                    return execute(sql, *args)
+
+                with connection.execute_wrapper(record), s.transaction() as cursor:
+                    seen["held"] = s.lock_held(cursor, "g", TOPIC, "w1", [0])
+                seen["statements"] = len(statements)
+                seen["inside"] = "set_config" in statements[0]
+            seen["after"] = idle_timeout_setting()  # SET LOCAL: gone with its transaction
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert seen == {"held": {0}, "statements": 1, "inside": True, "after": "0"}

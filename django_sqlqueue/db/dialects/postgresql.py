@@ -67,9 +67,11 @@ class PostgreSQLDialect(Dialect):
         value = "DEFAULT" if seconds is None else int(seconds) * 1000
         return f"SET idle_in_transaction_session_timeout = {value}"
 
-    def idle_transaction_local_sql(self, seconds: int) -> str | None:
-        # SET LOCAL: this transaction only; a rollback or commit puts the session's value back.
-        return f"SET LOCAL idle_in_transaction_session_timeout = {int(seconds) * 1000}"
+    def idle_transaction_bound_filter(self, seconds: int) -> str | None:
+        # set_config(..., is_local => true) is SET LOCAL: this transaction only. It is
+        # volatile, so it runs for the rows the rest of the WHERE selects: where none is
+        # selected, the statement locked nothing and the transaction ends without writing.
+        return f"set_config('idle_in_transaction_session_timeout', '{int(seconds) * 1000}', true) IS NOT NULL"
 
     def listen_sql(self, channel: str) -> str:
         """``LISTEN "<channel>"`` (a quoted identifier: the channel is a topic's name)."""

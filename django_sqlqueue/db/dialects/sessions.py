@@ -49,11 +49,13 @@ class Sessions(SqlFragments):
         resumes."""
         return None
 
-    def idle_transaction_local_sql(self, seconds: int) -> str | None:
-        """The statement that bounds the idle time of the *current transaction only* (run
-        inside it; the session's value is back at its end, commit or rollback), as
-        :meth:`idle_transaction_timeout_sql` does for the session; None where only the
-        session can be bounded (MariaDB) or nothing can (SQLite, MySQL).
+    def idle_transaction_bound_filter(self, seconds: int) -> str | None:
+        """A condition, true for every row, whose evaluation bounds the idle time of the
+        *current transaction only* as :meth:`idle_transaction_timeout_sql` does for the
+        session (back to the session's value at commit or rollback); appended with AND to
+        the WHERE of the statement that takes the transaction's first locks, so the bound
+        costs no statement of its own. None where only the session can be bounded (MariaDB)
+        or nothing can (SQLite, MySQL).
 
         Used on threads that run handlers as well as fenced writes (``db/session.py``):
         there the bound must cover the engine's transactions and never the handlers'."""

@@ -129,12 +129,12 @@ class StoreBase:
         if not partitions:
             return set()
         wanted = sorted(set(partitions))
-        # First statement of the fenced transaction: on a thread that runs handlers too, a
-        # freeze from here to COMMIT must not keep these share locks (db/session.py).
-        bound_engine_transaction(self.connection, cursor)
+        # On a thread that runs handlers too, a freeze from here to COMMIT must not keep
+        # these share locks: the statement bounds the transaction's idle time (db/session.py).
+        bound = bound_engine_transaction(self.connection, cursor)
         cursor.execute(
             f"SELECT {self.P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
-            f"AND leased_by = %s AND {self.P} IN ({in_list(wanted)}) ORDER BY {self.P} {self.dialect.for_share}",
+            f"AND leased_by = %s AND {self.P} IN ({in_list(wanted)}){bound} ORDER BY {self.P} {self.dialect.for_share}",
             [group, topic, name, *wanted],
         )
         return {int(row[0]) for row in cursor.fetchall()}
