@@ -281,72 +281,60 @@ class ChaosRun(FaultRun):
 
     def pause_in_handler(self) -> None:
         """SIGSTOP inside a handler of the batching group (the rest of its batch in hand), SIGCONT later."""
-        chosen = self.victim()
-        if chosen is None:
-            return
-        slot, process = chosen
-        request = self.directory / f"pause-{process.pid}"
-        asked = time.monotonic()
-        request.touch()
-        deadline = asked + 10
-        paused: Record | None = None
-        while paused is None:
-            self.ledger.refresh()
-            # This request's pause: a process paused in a handler before has an older record.
-            paused = next(
-                (r for r in self.ledger.records if r.kind == "pause" and r.pid == process.pid and r.start >= asked),
-                None,
-            )
-            if paused is None and (time.monotonic() > deadline or not process.alive()):
-                try:
-                    request.unlink()
-                    self.log(f"{slot} (pid {process.pid}) handled no message of the batching group in 10 s: no pause")
-                    return
-                except FileNotFoundError:  # a handler took the request just now: its record follows
-                    deadline = time.monotonic() + 5
-            time.sleep(0.02)
-        time.sleep(max(0.0, paused.start + self.plan.stop_seconds - time.monotonic()))
-        offset = len(process.log())
-        until = time.monotonic()
-        process.signal(signal.SIGCONT)
-        self.faults.append(
-            Fault("SIGSTOP in handler", paused.start, process.pid, slot, until=until, log_offset=offset,
-                  detail=f"stopped {self.plan.stop_seconds:.1f}s in a handler of {paused.group} p{paused.partition}")
-        )  # fmt: skip
+        self._pause_on_request(
+            "pause",
+            "SIGSTOP in handler",
+            self.plan.stop_seconds,
+            "in a handler of",
+            "handled no message of the batching group",
+        )
 
     def pause_in_fence(self) -> None:
         """SIGSTOP inside a handler thread's outcome transaction, its lease rows share-locked
         (tests/chaos/chaosapp/consumers.py, ``freeze_in_fence``), SIGCONT after longer than a lease."""
+        self._pause_on_request(
+            "ackpause",
+            "SIGSTOP in ack",
+            self.plan.fence_stop_seconds,
+            "in an ack of",
+            "wrote no outcome on a handler thread",
+        )
+
+    def _pause_on_request(self, request: str, kind: str, seconds: float, where: str, nothing: str) -> None:
+        """Ask a victim to stop itself (the file ``<request>-<pid>``, which the test app takes
+        and answers with a ``<request>`` record before its SIGSTOP), SIGCONT it ``seconds``
+        after the stop, and record the fault as ``kind``."""
         chosen = self.victim()
         if chosen is None:
             return
         slot, process = chosen
-        request = self.directory / f"ackpause-{process.pid}"
+        path = self.directory / f"{request}-{process.pid}"
         asked = time.monotonic()
-        request.touch()
+        path.touch()
         deadline = asked + 10
         paused: Record | None = None
         while paused is None:
             self.ledger.refresh()
+            # This request's pause: a process paused before has an older record.
             paused = next(
-                (r for r in self.ledger.records if r.kind == "ackpause" and r.pid == process.pid and r.start >= asked),
+                (r for r in self.ledger.records if r.kind == request and r.pid == process.pid and r.start >= asked),
                 None,
             )
             if paused is None and (time.monotonic() > deadline or not process.alive()):
                 try:
-                    request.unlink()
-                    self.log(f"{slot} (pid {process.pid}) wrote no outcome on a handler thread in 10 s: no pause")
+                    path.unlink()
+                    self.log(f"{slot} (pid {process.pid}) {nothing} in 10 s: no pause")
                     return
                 except FileNotFoundError:  # taken just now: its record follows
                     deadline = time.monotonic() + 5
             time.sleep(0.02)
-        time.sleep(max(0.0, paused.start + self.plan.fence_stop_seconds - time.monotonic()))
+        time.sleep(max(0.0, paused.start + seconds - time.monotonic()))
         offset = len(process.log())
         until = time.monotonic()
         process.signal(signal.SIGCONT)
         self.faults.append(
-            Fault("SIGSTOP in ack", paused.start, process.pid, slot, until=until, log_offset=offset,
-                  detail=f"stopped {self.plan.fence_stop_seconds:.1f}s in an ack of {paused.group} p{paused.partition}")
+            Fault(kind, paused.start, process.pid, slot, until=until, log_offset=offset,
+                  detail=f"stopped {seconds:.1f}s {where} {paused.group} p{paused.partition}")
         )  # fmt: skip
 
     def connection_kill(self) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import pytest
 from django.db import DatabaseError, connection, transaction
@@ -53,11 +54,23 @@ def short_lock_wait() -> None:
         )
 
 
-def frozen_holder(engine: bool, locked: threading.Event, resume: threading.Event, outcome: dict[str, object]) -> None:
+#: How the frozen holder's thread treats its connection: engine, ordinary, or a handler thread.
+Guard = Callable[[str], AbstractContextManager[object]]
+
+
+def engine(using: str) -> AbstractContextManager[object]:
+    return engine_connections(using, 1)
+
+
+def ordinary(using: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+def frozen_holder(guard: Guard, locked: threading.Event, resume: threading.Event, outcome: dict[str, object]) -> None:
     """w1 share-locks its lease row as every fenced write does, then freezes until ``resume``."""
     try:
         s = store()
-        with engine_connections(s.using, 1) if engine else nullcontext(), s.transaction() as cursor:
+        with guard(s.using), s.transaction() as cursor:
             outcome["held"] = s.lock_held(cursor, "g", TOPIC, "w1", [0])
             locked.set()
             resume.wait(30)
@@ -70,13 +83,13 @@ def frozen_holder(engine: bool, locked: threading.Event, resume: threading.Event
         connection.close()
 
 
-def test_a_frozen_engine_transaction_is_ended_so_its_expired_lease_can_be_stolen():
+def assert_the_frozen_holders_lease_is_stolen(guard: Guard) -> None:
     expired_lease_of_w1()
     locked, resume, outcome = threading.Event(), threading.Event(), {}
-    holder = threading.Thread(target=frozen_holder, args=(True, locked, resume, outcome), daemon=True)
+    holder = threading.Thread(target=frozen_holder, args=(guard, locked, resume, outcome), daemon=True)
     holder.start()
     assert locked.wait(10)
-    assert outcome["held"] == {0}
+    assert outcome.get("held") == {0}, outcome
     short_lock_wait()
     # The thief's UPDATE waits for w1's share lock; the server ends w1's session once its
     # transaction idled for 1 s, and the steal goes through (a lock-wait error otherwise).
@@ -88,11 +101,15 @@ def test_a_frozen_engine_transaction_is_ended_so_its_expired_lease_can_be_stolen
     assert PartitionLease.objects.get(topic=TOPIC).leased_by == "w2"
 
 
+def test_a_frozen_engine_transaction_is_ended_so_its_expired_lease_can_be_stolen():
+    assert_the_frozen_holders_lease_is_stolen(engine)
+
+
 def test_other_connections_may_idle_in_a_transaction():
     """Handler threads are not engine connections: their transactions may idle."""
     expired_lease_of_w1()
     locked, resume, outcome = threading.Event(), threading.Event(), {}
-    holder = threading.Thread(target=frozen_holder, args=(False, locked, resume, outcome), daemon=True)
+    holder = threading.Thread(target=frozen_holder, args=(ordinary, locked, resume, outcome), daemon=True)
     holder.start()
     assert locked.wait(10)
     timer = threading.Timer(2.5, resume.set)
@@ -136,40 +153,19 @@ def test_the_setting_is_applied_to_the_open_connection_and_every_reconnect_insid
 # -- threads that run handlers too (handler threads, an inline worker's poll loop) --------------
 
 
+@contextmanager
+def handler_thread_after_a_handler(using: str) -> Iterator[None]:
+    """A handler thread whose handler ran first (and used the database: on MariaDB the session
+    is back at the default) and which now writes its batch's outcomes."""
+    with handler_thread_connections(using, 1):
+        with handler_section():
+            assert idle_timeout_setting() == "0"
+        yield
+
+
 def test_a_handler_threads_frozen_fenced_transaction_is_ended_so_its_expired_lease_can_be_stolen():
     """A batch's outcome writes (acks, nacks, dead letters) on a handler thread: the same bound."""
-    expired_lease_of_w1()
-    locked, resume, outcome = threading.Event(), threading.Event(), {}
-
-    def holder() -> None:
-        try:
-            s = store()
-            with handler_thread_connections(s.using, 1):
-                # A handler ran first (it used the database: on MariaDB the session is back at the default).
-                with handler_section():
-                    assert idle_timeout_setting() == "0"
-                with s.transaction() as cursor:
-                    outcome["held"] = s.lock_held(cursor, "g", TOPIC, "w1", [0])
-                    locked.set()
-                    resume.wait(30)
-                    cursor.execute("SELECT 1")
-            outcome["committed"] = True
-        except DatabaseError as exc:
-            outcome["error"] = exc
-        finally:
-            locked.set()
-            connection.close()
-
-    thread = threading.Thread(target=holder, daemon=True)
-    thread.start()
-    assert locked.wait(10)
-    assert outcome.get("held") == {0}, outcome
-    short_lock_wait()
-    assert store().acquire_leases("g", TOPIC, [0], "w2", 30) == [0]
-    resume.set()
-    thread.join(30)
-    assert "committed" not in outcome and isinstance(outcome.get("error"), DatabaseError), outcome
-    assert PartitionLease.objects.get(topic=TOPIC).leased_by == "w2"
+    assert_the_frozen_holders_lease_is_stolen(handler_thread_after_a_handler)
 
 
 def test_a_handlers_own_transaction_on_such_a_thread_may_idle_and_the_next_fence_is_bounded_again():
