@@ -191,10 +191,9 @@ run_spark_tests() {
     --deselect tests/spark/test_cluster.py::test_backfill_runs_on_a_standalone_cluster
 }
 
-# build_dist OUTDIR [ARGS...]: `python -m build ARGS` from a copy of the tracked files, never
-# in the checkout: setuptools leaves a django_sqlqueue.egg-info (and build/) where it builds,
-# and a pytest run from the checkout -- at the same time, or later -- would find that
-# egg-info's metadata on sys.path.
+# build_dist OUTDIR [ARGS...]: `python -m build ARGS` from a copy of the tracked files, so that
+# what ships is what a clean clone holds: hatchling builds nothing into the source tree, but
+# it would pack an untracked file (not in .gitignore) lying in the checkout.
 build_dist() {
   local out="$1"; shift
   local src

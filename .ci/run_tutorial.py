@@ -11,6 +11,11 @@ Each ``<!-- tutorial: ACTION ... -->`` comment of the page says what to do, in o
 - ``wait COMMAND``: run COMMAND until it succeeds (60 s at most);
 - ``skip ...``: the next fenced block is not run (the caller did its equivalent).
 
+An action may end with ``[ENGINE]`` (``sqlite``, ``postgres`` or ``mysql``): it is done only
+when the run is for that database (``TUTORIAL_ENGINE``, default ``sqlite``), otherwise its
+block is skipped -- the page shows each database's variant of a step, and CI follows the
+page once per database it runs.
+
 Commands run with the caller's PATH (its virtualenv first). The tutorial's port 8000 is
 replaced by a free one, so that the run does not collide with a server on this machine.
 """
@@ -26,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-MARKER = re.compile(r"<!-- tutorial: (\w+)\s*(.*?)\s*-->")
+MARKER = re.compile(r"<!-- tutorial: (\w+)\s*(.*?)\s*(?:\[(sqlite|postgres|mysql)\])?\s*-->")
+ENGINES = ("sqlite", "postgres", "mysql")
 FENCE = re.compile(r"^```[\w-]*\n(.*?)^```", re.S | re.M)
 
 
@@ -38,6 +44,9 @@ def free_port() -> int:
 
 def main() -> int:
     page, project = Path(sys.argv[1]).read_text(), Path(sys.argv[2])
+    engine = os.environ.get("TUTORIAL_ENGINE", "sqlite")
+    if engine not in ENGINES:
+        raise SystemExit(f"tutorial: TUTORIAL_ENGINE must be one of {', '.join(ENGINES)}, not {engine!r}")
     project.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
 
@@ -72,9 +81,13 @@ def main() -> int:
     position, steps = 0, 0
     try:
         while (marker := MARKER.search(page, position)) is not None:
-            action, argument = marker.group(1), marker.group(2)
+            action, argument, only = marker.group(1), marker.group(2), marker.group(3)
             position = marker.end()
-            steps += 1
+            if only is not None and only != engine:
+                # Another database's variant of this step: its block (if it has one) is not run.
+                action = "skip" if action in {"file", "append", "run", "background", "skip"} else "ignore"
+            else:
+                steps += 1
             if action in {"file", "append", "run", "background", "skip"}:
                 fence = FENCE.search(page, position)
                 if fence is None:
@@ -109,12 +122,12 @@ def main() -> int:
                             print((project / f"{name}.log").read_text()[-3000:])
                             raise SystemExit(f"tutorial: background {name} exited ({proc.returncode})")
                     time.sleep(0.5)
-            elif action != "skip":
+            elif action not in {"skip", "ignore"}:
                 raise SystemExit(f"tutorial: unknown action {action!r}")
     finally:
         for name in list(background):
             stop(name)
-    print(f"tutorial OK: {steps} steps", flush=True)
+    print(f"tutorial OK on {engine}: {steps} steps", flush=True)
     return 0
 
 

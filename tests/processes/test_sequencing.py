@@ -182,7 +182,7 @@ def test_per_key_topic_serializes_each_key_and_a_slow_key_holds_back_no_other(ru
 
     The head of key "slow" is nacked for 3 s; every other key flows meanwhile (a nacked
     message holds back no other key -- nor, as everywhere, its own partition's later
-    messages: see README "Delivery semantics").
+    messages: see docs/delivery-semantics.md).
     """
     publish("seq.perkey", {"n": 0, "retry_first": 3}, key="slow", id="slow-0")
     publish("seq.perkey", {"n": 1}, key="slow", id="slow-1")
