@@ -210,7 +210,8 @@ def capture_published() -> Iterator[PublishedMessages]:
         published.assert_published("orders.created", key="alice", payload={"total": "12.50"})
 
     Captures nest; each records what was published while it was open. After the block the
-    list no longer changes.
+    list no longer changes, and the module-level assertions no longer see it: assert on the
+    object the block yielded (``published.assert_published(...)``), or inside the block.
     """
     captured = PublishedMessages(_start=_pending_counts())
     uid = f"django_sqlqueue.testing.capture:{next(_ids)}"
@@ -222,7 +223,6 @@ def capture_published() -> Iterator[PublishedMessages]:
         signals.message_published.disconnect(dispatch_uid=uid)
         captured._freeze()
         _open.remove(captured)
-        _last[:] = [captured]
 
 
 def _matches(m: CapturedMessage, topic: str | None, key: Any, payload: PayloadMatcher) -> bool:
@@ -255,30 +255,34 @@ def _criteria(key: Any, payload: PayloadMatcher) -> str:
     return (" with " + " and ".join(parts)) if parts else ""
 
 
-#: Open captures, innermost last; then the last one closed (module-level assertions).
+#: Open captures, innermost last: what the module-level assertions look at. A closed capture
+#: is never looked at again: it may belong to an earlier test (whoever holds it still can).
 _open: list[PublishedMessages] = []
-_last: list[PublishedMessages] = []
 
 
-def current_capture() -> PublishedMessages:
-    """The innermost open capture, else the one closed last; ``TestingError`` if none was opened."""
+def current_capture(caller: str = "assert_published", after: str | None = None) -> PublishedMessages:
+    """The innermost open capture; ``TestingError`` when none is open, naming ``caller`` and
+    ``after`` (how to assert on a capture after its block; default ``published.<caller>(...)``)."""
     if _open:
         return _open[-1]
-    if _last:
-        return _last[-1]
     raise TestingError(
-        "assert_published() needs a capture: wrap the code in `with capture_published():`, use the "
-        "`sqlqueue_published` pytest fixture, or the PublishedMessagesMixin of a TestCase."
+        f"{caller}() needs an open capture, and none is open. Open one in this test: "
+        f"`with capture_published() as published:` (then assert inside the block, or call "
+        f"{after or f'published.{caller}(...)'} after it), the `sqlqueue_published` pytest fixture (open "
+        "for the whole test), or SQLQueueTestMixin in a TestCase (open for each test). A capture closed "
+        "earlier is never used: it may belong to an earlier test."
     )
 
 
 def assert_published(
     topic: str, *, key: Any = ANY, payload: PayloadMatcher = ANY, count: int | None = None
 ) -> list[CapturedMessage]:
-    """:meth:`PublishedMessages.assert_published` on the innermost open capture."""
-    return current_capture().assert_published(topic, key=key, payload=payload, count=count)
+    """:meth:`PublishedMessages.assert_published` on the innermost open capture
+    (``TestingError`` when no capture is open)."""
+    return current_capture("assert_published").assert_published(topic, key=key, payload=payload, count=count)
 
 
 def assert_not_published(topic: str | None = None, *, key: Any = ANY, payload: PayloadMatcher = ANY) -> None:
-    """:meth:`PublishedMessages.assert_not_published` on the innermost open capture."""
-    current_capture().assert_not_published(topic, key=key, payload=payload)
+    """:meth:`PublishedMessages.assert_not_published` on the innermost open capture
+    (``TestingError`` when no capture is open)."""
+    current_capture("assert_not_published").assert_not_published(topic, key=key, payload=payload)

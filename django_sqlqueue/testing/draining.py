@@ -205,6 +205,10 @@ def drain_consumers(
             f"drain(): the transaction on database {alias!r} is broken (an earlier query failed inside it); "
             "it can only be rolled back."
         )
+    # Connect before anything else: in a test that may not use the database (pytest-django
+    # without the django_db mark blocks ensure_connection) the refusal is raised here, alone,
+    # rather than by the first query followed by a failing lease release per consumer.
+    connection.ensure_connection()
     started = time.perf_counter()
     summary = DrainSummary()
     # The worker's seam (worker/loop.py): its batch runner with the drain's hooks, and

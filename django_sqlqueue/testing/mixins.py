@@ -18,7 +18,9 @@ class SQLQueueTestMixin:
                 self.assertEqual(self.drain().dead_lettered, 0)
 
     ``self.published`` records what each test publishes (a :func:`capture_published`
-    opened in ``setUp`` and closed by a cleanup).
+    opened in ``setUp`` and closed by a cleanup). While the test runs it is the open
+    capture the module-level ``assert_published()`` / ``assert_enqueued()`` look at; once
+    closed no later test sees it.
     """
 
     published: PublishedMessages

@@ -3,12 +3,17 @@
 An enqueue is a publish (see ``tasks/backend.py``), so a :func:`capture_published`
 block records enqueued tasks too; these helpers look at them as tasks::
 
-    with capture_published():
+    with capture_published() as published:
         send_welcome.enqueue(user_id=7)
-    assert_enqueued(send_welcome, kwargs={"user_id": 7})
+        assert_enqueued(send_welcome, kwargs={"user_id": 7})  # the innermost open capture
+    assert_enqueued(send_welcome, kwargs={"user_id": 7}, published=published)  # after the block
     drain_tasks()  # runs them through the queue, as runconsumer does
 
 ``task`` is a ``django.tasks`` ``Task`` (the ``@task`` function) or its dotted path.
+Without ``published=``, the assertions look at the innermost *open* capture (the
+``sqlqueue_published`` fixture's and ``SQLQueueTestMixin``'s are open for the whole test)
+and raise ``TestingError`` when none is: never at one closed earlier, which may belong to
+an earlier test.
 This module imports ``django.tasks`` only through the backend, when it is configured.
 """
 
@@ -19,6 +24,10 @@ from typing import Any
 from ..exceptions import TestingError
 from .capture import ANY, CapturedMessage, PublishedMessages, current_capture, payload_matches
 from .draining import DrainSummary, drain_consumers
+
+
+def _open_capture(caller: str) -> PublishedMessages:
+    return current_capture(caller, after=f"{caller}(..., published=published)")
 
 
 def _path(task: Any) -> str:
@@ -37,10 +46,10 @@ def enqueued(
     published: PublishedMessages | None = None,
 ) -> list[CapturedMessage]:
     """The captured enqueues of ``task`` whose ``args`` (a list, compared exactly) and
-    ``kwargs`` (a dict subset, or a predicate) match; from ``published`` or the current capture."""
+    ``kwargs`` (a dict subset, or a predicate) match; from ``published`` or the innermost open capture."""
     path = _path(task)
     found = []
-    for m in published if published is not None else current_capture():
+    for m in published if published is not None else _open_capture("enqueued"):
         payload = m.payload if isinstance(m.payload, dict) else {}
         if payload.get("task") != path or "kwargs" not in payload:
             continue
@@ -68,9 +77,10 @@ def assert_enqueued(
     """Assert that ``task`` was enqueued (exactly ``count`` times if given) with matching arguments.
 
     The ``AssertionError`` lists the tasks that were enqueued. Needs a capture, like
-    :func:`~django_sqlqueue.testing.assert_published`.
+    :func:`~django_sqlqueue.testing.assert_published`: ``published`` (a capture's
+    ``PublishedMessages``) or the innermost open one.
     """
-    captured = published if published is not None else current_capture()
+    captured = published if published is not None else _open_capture("assert_enqueued")
     found = enqueued(task, args=args, kwargs=kwargs, queue_name=queue_name, published=captured)
     if (count is None and not found) or (count is not None and len(found) != count):
         wanted = "at least once" if count is None else f"{count} time(s)"
@@ -89,8 +99,9 @@ def assert_not_enqueued(
     queue_name: str | None = None,
     published: PublishedMessages | None = None,
 ) -> None:
-    """Assert that ``task`` was not enqueued with matching arguments."""
-    captured = published if published is not None else current_capture()
+    """Assert that ``task`` was not enqueued with matching arguments (in ``published`` or the
+    innermost open capture)."""
+    captured = published if published is not None else _open_capture("assert_not_enqueued")
     found = enqueued(task, args=args, kwargs=kwargs, queue_name=queue_name, published=captured)
     if found:
         raise AssertionError(

@@ -1,5 +1,6 @@
 """testing/pytest_plugin.py: the fixtures ``sqlqueue_published`` and ``sqlqueue_drain``, offered
-to every test, used only by those that name them, and loading nothing of Django until then."""
+to every test, used only by those that name them, and loading nothing of Django until then; a
+drain in a test without the database fails with one error that says what to do."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from django_sqlqueue import publish
 from django_sqlqueue.consumers import ConsumerSpec, registry
 from django_sqlqueue.testing import pytest_plugin
+
+from .inner_pytest import run_inner_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "testing.plugin"
@@ -57,3 +60,27 @@ def test_a_test_that_names_no_fixture_gets_none_and_django_stays_unloaded(tmp_pa
     removed = ["-p", "no:django_sqlqueue.testing.pytest_plugin"]
     without = subprocess.run([*args, *removed, "--fixtures"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert "sqlqueue_published" not in without.stdout
+
+
+def test_a_drain_in_a_test_without_the_database_fails_with_one_error(tmp_path: Path) -> None:
+    # Issue 29: pytest-django's refusal was buried under a failing lease release per consumer.
+    run = run_inner_pytest(
+        tmp_path,
+        "from django_sqlqueue.testing import drain\n\n"
+        "def test_fixture_without_the_database(sqlqueue_drain):\n"
+        "    sqlqueue_drain()\n\n"
+        "def test_drain_without_the_database():\n"
+        "    drain()\n",
+    )
+    assert run.outcomes == {
+        "test_fixture_without_the_database": (
+            "django_sqlqueue.exceptions.TestingError: sqlqueue_drain needs the database: mark the test "
+            "@pytest.mark.django_db (the test's transaction is enough) or use the transactional_db fixture."
+        ),
+        "test_drain_without_the_database": (
+            'RuntimeError: Database access not allowed, use the "django_db" mark, or the "db" or '
+            '"transactional_db" fixtures to enable it.'
+        ),
+    }, run.output[-3000:]
+    assert "could not release leases" not in run.output and "Captured" not in run.output, run.output[-3000:]
+    assert len(run.output.splitlines()) < 120, run.output

@@ -125,15 +125,21 @@ def test_assertion_failures_list_what_was_published() -> None:
 
 
 @pytest.mark.django_db
-def test_module_level_assertions_use_the_innermost_then_the_last_capture() -> None:
-    with capture_published():
+def test_module_level_assertions_use_the_innermost_open_capture_and_never_a_closed_one() -> None:
+    with capture_published() as published:
         publish(TOPIC, {"order": 1})
         with capture_published():
             publish(TOPIC, {"order": 2})
             assert_published(TOPIC, payload={"order": 2}, count=1)
             assert_not_published(TOPIC, payload={"order": 1})
         assert_published(TOPIC, count=2)
-    assert_published(TOPIC, count=2)  # after the block: the capture closed last
+    # After the block the capture is closed: it could as well belong to an earlier test.
+    with pytest.raises(TestingError, match=r"assert_published\(\) needs an open capture.*SQLQueueTestMixin"):
+        assert_published(TOPIC, count=2)
+    with pytest.raises(TestingError, match=r"or call published.assert_not_published\(...\) after it"):
+        assert_not_published(TOPIC)
+    published.assert_published(TOPIC, count=2)  # the object the block yielded still works
+    published.assert_not_published("testing.other")
 
 
 def test_importing_the_helpers_changes_nothing() -> None:
@@ -380,15 +386,19 @@ def test_assert_enqueued_and_drain_tasks() -> None:
     from tests.support.taskapp import tasks
     from tests.support.taskapp.models import Run
 
-    with capture_published():
+    with capture_published() as published:
         result = tasks.add.enqueue(2, 3)
         tasks.flaky.enqueue(label="flaky-drain", failures=1)
-    assert_enqueued(tasks.add, args=[2, 3], count=1)
-    assert_enqueued("tests.support.taskapp.tasks.flaky", kwargs={"label": "flaky-drain"})
-    assert_not_enqueued(tasks.add, args=[9, 9])
-    with pytest.raises(AssertionError) as failure:
-        assert_enqueued(tasks.add, args=[1, 1])
+        assert_enqueued(tasks.add, args=[2, 3], count=1)
+        assert_enqueued("tests.support.taskapp.tasks.flaky", kwargs={"label": "flaky-drain"})
+        assert_not_enqueued(tasks.add, args=[9, 9])
+        with pytest.raises(AssertionError) as failure:
+            assert_enqueued(tasks.add, args=[1, 1])
     assert "tests.support.taskapp.tasks.add(args=[2, 3], kwargs={})" in str(failure.value)
+    assert_enqueued(tasks.add, args=[2, 3], count=1, published=published)  # after the block: explicitly
+    assert_not_enqueued(tasks.flaky, kwargs={"label": "other"}, published=published)
+    with pytest.raises(TestingError, match=r"assert_enqueued\(\) needs an open capture.*published=published"):
+        assert_enqueued(tasks.add)
 
     summary = drain_tasks()
     assert (summary.handled, summary.retried) == (2, 1)
