@@ -8,6 +8,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from .. import ops
+from ..conf import get_settings
 from ..exceptions import SQLQueueError
 from .auditing import audit_batches
 from .base import (
@@ -67,6 +68,12 @@ class Pages(Console):
         # Payloads are cut here, not by CSS: 50 payloads of MAX_PAYLOAD_BYTES would make a page
         # of tens of megabytes (an escaped "&" is 5 bytes). The message's own page has it all.
         rows = [(m, preview(m.payload)) for m in page.items] if page else []
+        # Every known topic, not only those with messages now: with RETENTION 0 a topic whose
+        # messages were all handled has none left, and it should stay one click away.
+        topics = [t.topic for t in ops.list_topics()]
+        if f.topic and f.topic not in topics:
+            topics.append(f.topic)
+        retention = get_settings().RETENTION
         return self.render(
             request,
             "messages.html",
@@ -76,8 +83,11 @@ class Pages(Console):
                 "filter": g,
                 "error": error,
                 "qs": urlencode(query),
-                "topics": ops.log_topics(),
+                "topics": topics,
                 "preview_length": PREVIEW_LENGTH,
+                "retention": retention,
+                "kept": ops.topics.duration_text(retention) if retention > 0 else "",
+                "gc_interval": ops.topics.duration_text(get_settings().GC_INTERVAL),
             },
             tab="messages",
             title="Messages",

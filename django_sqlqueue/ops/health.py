@@ -17,6 +17,10 @@ crosses its threshold -- strictly above a maximum, or below one live subscriber 
   the threshold plus ``COUNT_CAP`` (a capped range of the (topic, id) index).
 - ``subscribers``: live subscribers (heartbeat within ``LEASE_DURATION``, not deregistered).
 
+Only (group, topic) pairs are checked: a topic no group consumes has no row -- a dead-letter
+topic by design (its dead letters count on the row of the group that failed them, above),
+any other topic flagged by the overview instead (``Overview.problems``).
+
 Thresholds come from the command line, or from ``SQLQUEUE["HEALTH"]`` (:func:`configured_thresholds`),
 which the console's overview checks too (:func:`overview_problems`).
 

@@ -5,6 +5,11 @@ Every query is bounded by the small tables (groups x topics x partitions) or cap
 one exception is exact on purpose: lag includes the sequencer's backlog, counted over
 the index of unsequenced rows (see ``db/store/reports.py``, which also defines in flight
 and retrying, the same numbers as ``queue_status``'s and the metrics').
+
+A topic consumed by no group is a problem (nothing reads it, GC never deletes it), except a
+dead-letter topic: no group consumes one by design, its dead letters wait for a replay or a
+purge (``TopicInfo.orphaned``). Too many dead letters is a health threshold instead
+(``SQLQUEUE["HEALTH"]["MAX_DEAD_LETTERS"]``, ``ops/health.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from ..conf import get_settings
 from ..consumers import known_consumers
 from ..db.store import DeliveryCounts, QueueStore
 from ..rules.atomic_modes import describe
-from ..rules.dlq import dlq_topic, is_dlq_topic
+from ..rules.dlq import dlq_topic
 from .base import alias, store
 from .groups import GroupTopic, list_groups
 from .leases import Lease, Subscriber, list_leases, list_subscribers
@@ -74,6 +79,10 @@ class TopicStatus:
     info: TopicInfo
     #: Committed messages without an offset yet (sequencer backlog), capped at COUNT_CAP.
     unsequenced: int
+    #: The dead letters of the pair ``<topic>`` / ``<topic><DLQ_SUFFIX>``, capped at the
+    #: overview's cap: on a topic's row its messages that some group dead-lettered, on its
+    #: dead-letter topic's row the dead letters that topic holds -- the same rows, so the
+    #: two rows show the same number (every group's, unlike ``GroupTopicStatus.dead_letters``).
     dead_letters: int
 
 
@@ -88,8 +97,9 @@ class Overview:
     cap: int = COUNT_CAP
 
     @property
-    def unconsumed_topics(self) -> list[TopicStatus]:
-        return [t for t in self.topics if t.info.unconsumed]
+    def orphaned_topics(self) -> list[TopicStatus]:
+        """Topics no group consumes, dead-letter topics left out (``TopicInfo.orphaned``)."""
+        return [t for t in self.topics if t.info.orphaned]
 
     @property
     def problems(self) -> list[str]:
@@ -104,15 +114,16 @@ class Overview:
         for lease in self.stale_leases:
             out.append(
                 f"stale lease: {lease.group}:{lease.topic}[{lease.partition}] held by {lease.leased_by}, "
-                f"last renewed {lease.renewed_at:%Y-%m-%d %H:%M:%S}"
+                f"last renewed {lease.renewed_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
                 if lease.renewed_at
                 else f"stale lease: {lease.group}:{lease.topic}[{lease.partition}] held by {lease.leased_by}"
             )
         for s in self.silent_subscribers:
             out.append(f"subscriber {s.name} of {s.group}:{s.topic} sends no heartbeat")
-        for t in self.unconsumed_topics:
-            kind = "dead-letter topic" if t.info.dead_letter_topic else "topic"
-            out.append(f"{kind} {t.info.topic} is consumed by no group: its messages are never collected")
+        # A dead-letter topic is consumed by no group by design (its dead letters wait for a
+        # replay or a purge): the Topics table says so, it is not a problem.
+        for t in self.orphaned_topics:
+            out.append(f"topic {t.info.topic} is consumed by no group: its messages are never collected")
         for p in self.paused:
             out.append(f"group {p.group} is paused on {p.topic}" + (f" ({p.reason})" if p.reason else ""))
         return out
@@ -128,16 +139,14 @@ def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
     subscribers = list_subscribers(using=using)
     topics = list_topics(using)
     suffix = get_settings().DLQ_SUFFIX
-    dl_topic = {
-        t.topic: s.dead_letter_count(dlq_topic(t.topic, suffix), cap=cap)
-        for t in topics
-        if not is_dlq_topic(t.topic, suffix)
-    }
+    # A topic and its dead-letter topic show the same count: one capped read per pair.
+    pair = {t.topic: t.topic if t.dead_letter_topic else dlq_topic(t.topic, suffix) for t in topics}
+    dead = {name: s.dead_letter_count(name, cap=cap) for name in sorted(set(pair.values()))}
     unsequenced = s.unsequenced_capped(cap)
     return Overview(
         now=now,
         groups=rows,
-        topics=[TopicStatus(t, unsequenced.get(t.topic, 0), dl_topic.get(t.topic, 0)) for t in topics],
+        topics=[TopicStatus(t, unsequenced.get(t.topic, 0), dead[pair[t.topic]]) for t in topics],
         stale_leases=stale,
         silent_subscribers=[s for s in subscribers if s.silent],
         paused=paused_topics(using),

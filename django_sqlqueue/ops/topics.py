@@ -47,10 +47,25 @@ class TopicInfo:
     consumed_by: list[str] = field(default_factory=list)
     #: ``<original><DLQ_SUFFIX>``: a dead-letter topic.
     dead_letter_topic: bool = False
+    #: Of a dead-letter topic: the topic whose dead letters it holds ("" for any other topic).
+    original_topic: str = ""
+    #: How long garbage collection leaves its messages, in words (:func:`kept_for`).
+    kept: str = ""
 
     @property
     def unconsumed(self) -> bool:
+        """No group consumes it (a fact; whether that is a problem is :attr:`orphaned`)."""
         return not self.consumed_by
+
+    @property
+    def orphaned(self) -> bool:
+        """Consumed by no group and not a dead-letter topic: nothing reads its messages and
+        garbage collection never deletes them (a typo in a topic name, a retired consumer).
+
+        A dead-letter topic is consumed by no group by design: its dead letters wait for an
+        operator, who replays or purges them (both delete them), so it is not orphaned.
+        """
+        return self.unconsumed and not self.dead_letter_topic
 
 
 def log_topics(using: str | None = None) -> list[str]:
@@ -73,16 +88,46 @@ def list_topics(using: str | None = None) -> list[TopicInfo]:
     registered = s.registered_topics()
     consumers = consuming_groups(using)
     names = set(s.log_topics()) | set(registered) | set(consumers)
-    return [
-        TopicInfo(
-            topic=name,
-            partitions=registered.get(name),
-            registered=name in registered,
-            consumed_by=consumers.get(name, []),
-            dead_letter_topic=conf.is_dlq_topic(name),
+    out = []
+    for name in sorted(names):
+        dead_letters = conf.is_dlq_topic(name)
+        consumed_by = consumers.get(name, [])
+        out.append(
+            TopicInfo(
+                topic=name,
+                partitions=registered.get(name),
+                registered=name in registered,
+                consumed_by=consumed_by,
+                dead_letter_topic=dead_letters,
+                original_topic=name[: -len(conf.DLQ_SUFFIX)] if dead_letters else "",
+                kept=kept_for(bool(consumed_by), dead_letters, conf.RETENTION),
+            )
         )
-        for name in sorted(names)
-    ]
+    return out
+
+
+def kept_for(consumed: bool, dead_letter_topic: bool, retention: float) -> str:
+    """Say how long garbage collection leaves a topic's messages (what ``collect_garbage`` does).
+
+    GC deletes a message once every group consuming its topic has acked it (and, with
+    ``SQLQUEUE["RETENTION"]``, once it is that old); it never touches a topic nobody
+    consumes. Dead letters are deleted by a replay (which appends a copy to the original
+    topic) or a purge, whatever RETENTION says.
+    """
+    if not consumed:
+        return "until replayed or purged" if dead_letter_topic else "forever: no group consumes it"
+    if retention <= 0:
+        return "until every consuming group has handled them"
+    return f"{duration_text(retention)} after every consuming group has handled them"
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` in the largest whole unit: "7 days", "1 hour", "90 seconds"."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"{seconds:g} second{'' if seconds == 1 else 's'}"
 
 
 @dataclass(frozen=True)

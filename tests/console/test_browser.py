@@ -57,7 +57,13 @@ def test_replay_a_dead_letter_from_the_browser(page, live_server, runconsumer): 
     assert page.title().startswith("Queue overview")
     page.wait_for_selector("#groups")
     assert "c1" in page.inner_text("#groups") and "console.events" in page.inner_text("#groups")
-    assert "consumed by no group" in page.inner_text("#problems")  # console.handled / the DLQ topic
+    problems = page.inner_text("#problems")
+    assert "topic console.handled is consumed by no group" in problems  # written by the handlers, read by none
+    # Issue 29: c1's dead letter made its dead-letter topic a permanent "problem", and the
+    # Topics table said it held 0; no group consumes a dead-letter topic by design.
+    assert "console.events_dlq" not in problems
+    dlq = page.locator("#topics tr", has_text="console.events_dlq").inner_text()
+    assert "no group (by design)" in dlq and "until replayed or purged" in dlq and "1 held" in dlq
     page.click("text=Dead letters")
     page.click(f"a[href$='/deadletters/{dead.seq}/']")
     assert "scripted failure of m1 in c1" in page.inner_text("#traceback")
@@ -83,3 +89,13 @@ def test_dark_mode_and_narrow_screen(page, live_server):
     # Nothing wider than the screen: tables scroll inside their own box.
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 375 + 1
+
+
+def test_the_messages_page_explains_an_empty_log(page, live_server):
+    """Issue 29: after a normal run (RETENTION 0) the page said only "No messages match"."""
+    login(page, live_server)
+    page.goto(f"{live_server.url}/admin/django_sqlqueue/queueconsole/messages/")
+    note = page.inner_text("#retention-note")
+    assert "Handled messages are not kept." in note and 'SQLQUEUE["RETENTION"]' in note and "7 days" in note
+    assert page.locator("#retention-note").is_visible()
+    assert "No messages match. Handled messages are garbage-collected" in page.inner_text("#messages")

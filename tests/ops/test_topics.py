@@ -7,15 +7,16 @@ the ``scene_settings`` fixture of tests/ops/conftest.py).
 from __future__ import annotations
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue import publish
 from django_sqlqueue.models import DeliveryState, Message, PartitionLease
 from django_sqlqueue.ops.base import NotFound, OperationError
-from django_sqlqueue.ops.topics import TopicPurge, list_topics, log_topics, purge_topic
+from django_sqlqueue.ops.topics import TopicPurge, duration_text, list_topics, log_topics, purge_topic
 from django_sqlqueue.rules.limits import MAX_BATCH_SIZE
 
-from ..support.console_scene import build, wm
+from ..support.console_scene import SETTINGS, build, wm
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("scene_settings")]
 
@@ -39,6 +40,42 @@ def test_list_topics_flags_unconsumed_and_dead_letter_topics():
     assert topics["orders"].consumed_by == ["billing", "retired", "shipping"]
     assert topics["typo"].unconsumed and not topics["typo"].dead_letter_topic
     assert topics["orders_dlq"].unconsumed and topics["orders_dlq"].dead_letter_topic
+    assert topics["orders_dlq"].original_topic == "orders" and topics["orders"].original_topic == ""
+
+
+def test_only_a_topic_that_is_not_a_dead_letter_topic_is_orphaned():
+    """A dead-letter topic is consumed by no group by design (issue 29, item 5)."""
+    build()
+    topics = {t.topic: t for t in list_topics()}
+    assert topics["typo"].orphaned
+    assert not topics["orders_dlq"].orphaned and not topics["orders"].orphaned
+
+
+def test_list_topics_says_how_long_messages_are_kept():
+    build()
+    topics = {t.topic: t for t in list_topics()}
+    assert topics["orders"].kept == "until every consuming group has handled them"
+    assert topics["orders_dlq"].kept == "until replayed or purged"
+    assert topics["typo"].kept == "forever: no group consumes it"
+    with override_settings(SQLQUEUE={**SETTINGS, "RETENTION": 7 * 24 * 3600}):
+        topics = {t.topic: t for t in list_topics()}
+    assert topics["orders"].kept == "7 days after every consuming group has handled them"
+    assert topics["orders_dlq"].kept == "until replayed or purged"  # GC never reads it
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (7 * 86400, "7 days"),
+        (86400, "1 day"),
+        (3600, "1 hour"),
+        (5400, "90 minutes"),
+        (90.5, "90.5 seconds"),
+        (1, "1 second"),
+    ],
+)
+def test_duration_text(seconds, text):
+    assert duration_text(seconds) == text
 
 
 def test_purge_topic_deletes_messages_moves_watermarks_and_fences_leases():

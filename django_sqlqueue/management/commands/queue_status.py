@@ -88,7 +88,12 @@ class Command(BaseCommand):
             self.stdout.write(line)
 
     def _unconsumed_topics(self) -> None:
-        """Print the topics in the log that no group consumes: garbage collection never deletes them."""
-        nobody = [t.topic for t in list_topics() if t.unconsumed]
-        if nobody:
-            self.stdout.write(f"topics nobody consumes (never collected): {', '.join(nobody)}")
+        """Print the topics no group consumes: an orphaned topic's messages are never collected
+        (a typo, a retired consumer); a dead-letter topic's wait for a replay or a purge."""
+        topics = list_topics()
+        orphaned = [t.topic for t in topics if t.orphaned]
+        dead_letters = [t.topic for t in topics if t.unconsumed and t.dead_letter_topic]
+        if orphaned:
+            self.stdout.write(f"topics nobody consumes (never collected): {', '.join(orphaned)}")
+        if dead_letters:
+            self.stdout.write(f"dead-letter topics (kept until replayed or purged): {', '.join(dead_letters)}")

@@ -26,7 +26,7 @@ def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
         (
             t.topic,
             t.partitions if t.registered else "unregistered",
-            ",".join(t.consumed_by) or "NOBODY",
+            ",".join(t.consumed_by) or ("no group (by design)" if t.dead_letter_topic else "NOBODY"),
             "dead letters" if t.dead_letter_topic else "",
         )
         for t in topics
