@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
+from django.core import checks
 from django.utils.module_loading import autodiscover_modules
 
 from .conf import QueueSettings
@@ -249,15 +251,33 @@ def known_consumers() -> list[ConsumerSpec]:
         logger.exception("could not import the apps' consumers modules")
         declared = registry.all()
     specs = {(s.group, s.topic): s for s in declared}
+    for s in source_specs():
+        specs.setdefault((s.group, s.topic), s)
+    return [specs[k] for k in sorted(specs)]
+
+
+def source_specs() -> list[ConsumerSpec]:
+    """The registered sources' consumers: the task queues, whose topics the package publishes to."""
+    found: list[ConsumerSpec] = []
     for source in _spec_sources:
         try:
-            found = source()
+            found += source()
         except Exception:  # a view must not fail on a broken integration
             logger.exception("could not list consumers from %r", source)
-            continue
-        for s in found:
-            specs.setdefault((s.group, s.topic), s)
-    return [specs[k] for k in sorted(specs)]
+    return found
+
+
+def check_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``sqlqueue.E015``: ``@consumer`` is used without the app. Registered here: ``checks.py``
+    is imported by the app's ``ready()``, which never runs then (``publish()`` raises ``NotInstalled``)."""
+    if apps.is_installed("django_sqlqueue"):
+        return []
+    msg = "django_sqlqueue is used (@consumer) but is not in INSTALLED_APPS: no worker can run its consumers."
+    hint = "Add 'django_sqlqueue' to INSTALLED_APPS, then run `manage.py migrate django_sqlqueue`."
+    return [checks.Error(msg, hint=hint, id="sqlqueue.E015")]
+
+
+checks.register(check_installed, "sqlqueue")
 
 
 @dataclass

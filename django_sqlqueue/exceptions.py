@@ -28,6 +28,16 @@ class ConfigurationError(SQLQueueError, ImproperlyConfigured):
     """The ``SQLQUEUE`` setting is invalid."""
 
 
+class NotInstalled(SQLQueueError, ImproperlyConfigured):
+    """``django_sqlqueue`` is not in ``INSTALLED_APPS``: its models cannot load and its tables
+    were never migrated (raised when ``publish()`` is imported or meets the missing tables)."""
+
+
+class QueueTablesMissing(SQLQueueError, ImproperlyConfigured):
+    """The queue's tables do not exist on the database ``publish()`` writes to: its
+    migrations were not run there (``manage.py migrate django_sqlqueue --database <alias>``)."""
+
+
 class UnsupportedDatabase(SQLQueueError):
     """The database vendor of the queue connection is not supported."""
 

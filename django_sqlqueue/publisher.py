@@ -31,23 +31,43 @@ poison it on PostgreSQL).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from . import signals, tracing
 from .conf import QueueSettings, get_settings
-from .db.store.messages import PublishedMessage, write_messages
-from .exceptions import ConfigurationError, InvalidMessage
+from .exceptions import ConfigurationError, InvalidMessage, NotInstalled, QueueTablesMissing
 from .rules.validation import (
     MESSAGE_KEYS,
     PreparedMessage,
     prepare_message,
     validate_publish_topic,
 )
+
+APP = "django_sqlqueue"
+#: How each database says a table is missing ("no such table: queue_messages", "relation
+#: "queue_messages" does not exist", "Table 'db.queue_messages' doesn't exist") or lacks a
+#: column a later migration adds ("table queue_messages has no column named ...").
+_MISSING_TABLE = re.compile(
+    r"queue_messages\b.*(does not exist|doesn't exist)|no such table: queue_messages\b|queue_messages has no column"
+)
+
+try:
+    # The data layer imports the models, which Django refuses to load outside an installed
+    # app ("Model class ... isn't in an application in INSTALLED_APPS"): say what to do.
+    from .db.store.messages import PublishedMessage, write_messages
+except RuntimeError:
+    if apps.is_installed(APP):
+        raise
+    raise NotInstalled(
+        f"'{APP}' is not in INSTALLED_APPS: add it there (then run `manage.py migrate {APP}`) to publish."
+    ) from None
 
 
 def publish(
@@ -126,7 +146,11 @@ def publish_message(
             max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
         )
         alias = _alias(using, conf)
-        written = write_messages(topic, [prepared], using=alias, conf=conf, stacklevel=stacklevel)
+        try:
+            written = write_messages(topic, [prepared], using=alias, conf=conf, stacklevel=stacklevel)
+        except DatabaseError as exc:
+            _raise_if_tables_missing(exc, alias)
+            raise
         published = _announce(written, alias, [prepared])
     except BaseException as exc:
         if span is not None:
@@ -179,7 +203,12 @@ def publish_many(
         if not prepared:
             return []
         alias = _alias(using, conf)
-        published = _announce(write_messages(topic, prepared, using=alias, conf=conf), alias, prepared)
+        try:
+            written = write_messages(topic, prepared, using=alias, conf=conf)
+        except DatabaseError as exc:
+            _raise_if_tables_missing(exc, alias)
+            raise
+        published = _announce(written, alias, prepared)
     except BaseException as exc:
         if span is not None:
             span.end(exc)
@@ -226,3 +255,20 @@ def _alias(using: str | None, conf: QueueSettings) -> str:
             f"database alias {alias!r} is not in settings.DATABASES (known: {', '.join(sorted(settings.DATABASES))})."
         )
     return alias
+
+
+def _raise_if_tables_missing(error: DatabaseError, alias: str) -> None:
+    """Raise the one-line error for a write that failed because the queue's tables are not
+    there; return for any other database error. Only on the error path: a publish pays nothing."""
+    first_line = str(error).strip().split("\n", 1)[0]
+    if not _MISSING_TABLE.search(first_line):
+        return
+    if not apps.is_installed(APP):
+        raise NotInstalled(
+            f"'{APP}' is not in INSTALLED_APPS, so its tables were never created on database {alias!r}: "
+            f"add it to INSTALLED_APPS, then run `manage.py migrate {APP} --database {alias}`."
+        ) from error
+    raise QueueTablesMissing(
+        f"the queue's tables are missing or out of date on database {alias!r} ({first_line}): "
+        f"run `manage.py migrate {APP} --database {alias}`."
+    ) from error

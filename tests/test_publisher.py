@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import uuid
 import warnings
+from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
-from django.db import connection, connections, transaction
+from django.conf import settings as django_settings
+from django.db import DatabaseError, connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -18,8 +23,11 @@ from django_sqlqueue.exceptions import (
     ConfigurationError,
     IdempotencyConflict,
     InvalidMessage,
+    NotInstalled,
     OutboxWarning,
     PayloadTooLarge,
+    QueueTablesMissing,
+    SQLQueueError,
 )
 from django_sqlqueue.models import Message, Partition
 from django_sqlqueue.rules.partitioning import partition_for
@@ -304,3 +312,94 @@ def test_publish_message_announces_each_stored_message_once_on_commit():
     finally:
         signals.message_published.disconnect(receiver)
     assert len(sent) == 1 and not Message.objects.filter(id="m2").exists()
+
+
+# -- publish() where the queue's tables are not (issue 29) -----------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+FRESH = "fresh"
+
+
+@pytest.fixture
+def fresh_alias(settings, tmp_path: Path) -> Iterator[str]:
+    """An alias of a database on the suite's server without the queue's tables: a new SQLite
+    file, a new PostgreSQL schema (its search_path) or a new MySQL/MariaDB database."""
+    base = connections["default"].settings_dict
+    vendor, name = connection.vendor, f"{base['NAME']}_fresh".rsplit("/", 1)[-1]
+    config = {**base, "NAME": str(tmp_path / "fresh.sqlite3")} if vendor == "sqlite" else dict(base)
+    if vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
+        config["OPTIONS"] = {**base["OPTIONS"], "options": f"-c search_path={name}"}
+    elif vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        config["NAME"] = name
+    connections[FRESH] = type(connections["default"])(config, alias=FRESH)
+    settings.DATABASES = {**settings.DATABASES, FRESH: config}
+    try:
+        yield FRESH
+    finally:
+        connections[FRESH].close()
+        del connections[FRESH]
+        if vendor != "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP {'SCHEMA' if vendor == 'postgresql' else 'DATABASE'} IF EXISTS {name}")
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_publish_on_a_database_without_the_migrations_says_to_migrate_it(fresh_alias):
+    """Issue 29: a raw 'relation "queue_messages" does not exist' on a fresh database."""
+    migrate = f"run `manage.py migrate django_sqlqueue --database {fresh_alias}`"
+    with pytest.raises(QueueTablesMissing, match=f"missing or out of date on database 'fresh'.*{migrate}") as caught:
+        publish("pub.fresh", 1, using=fresh_alias)
+    assert "\n" not in str(caught.value) and "queue_messages" in str(caught.value)
+    assert isinstance(caught.value, SQLQueueError) and isinstance(caught.value.__cause__, DatabaseError)
+    with pytest.raises(QueueTablesMissing, match=migrate):
+        publish_many("pub.fresh", [{"payload": 1}, {"payload": 2, "id": "two"}], using=fresh_alias)
+    assert publish("pub.fresh", 1).created  # the queue's own database is migrated
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_publish_without_the_app_installed_says_to_install_it(fresh_alias):
+    apps_without = [app for app in django_settings.INSTALLED_APPS if app != "django_sqlqueue"]
+    with override_settings(INSTALLED_APPS=apps_without):
+        with pytest.raises(NotInstalled, match=r"'django_sqlqueue' is not in INSTALLED_APPS.*add it to INSTALLED_APPS"):
+            publish("pub.fresh", 1, using=fresh_alias)
+        with pytest.raises(NotInstalled, match=r"then run `manage\.py migrate django_sqlqueue --database fresh`"):
+            publish_many("pub.fresh", [{"payload": 1}], using=fresh_alias)
+
+
+def test_other_database_errors_are_not_taken_for_missing_tables():
+    from django_sqlqueue.publisher import _raise_if_tables_missing
+
+    unique = 'duplicate key value violates unique constraint "queue_messages_topic_id_uniq"'
+    _raise_if_tables_missing(DatabaseError(unique), "default")  # returns: the caller re-raises it
+    with pytest.raises(QueueTablesMissing):
+        _raise_if_tables_missing(DatabaseError("no such table: queue_messages"), "default")
+
+
+IMPORT_WITHOUT_THE_APP = """
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+)
+django.setup()
+from django_sqlqueue import publish
+"""
+
+
+def test_importing_publish_without_the_app_installed_says_to_install_it():
+    """Without the app, Django refuses to load the models the publisher writes with; the
+    last line of the traceback says what to do."""
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITHOUT_THE_APP], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "django_sqlqueue.exceptions.NotInstalled: 'django_sqlqueue' is not in INSTALLED_APPS: add it there "
+        "(then run `manage.py migrate django_sqlqueue`) to publish."
+    )

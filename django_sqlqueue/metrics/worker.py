@@ -13,6 +13,7 @@ sequencer, which numbers a topic's messages for every group).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django_sqlqueue import signals
@@ -20,6 +21,8 @@ from django_sqlqueue.exceptions import HandlerTimeout, Reject
 from django_sqlqueue.instruments import Instruments
 
 from . import require_prometheus_client
+
+logger = logging.getLogger(__name__)
 
 #: Buckets of ``sqlqueue_handler_duration_seconds``: 1 ms to 5 minutes.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -182,6 +185,9 @@ class WorkerMetrics(Instruments):
 
         self.connect()
         self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        # Where to point a scrape job: nothing else says which port this process took.
+        host = f"[{addr}]" if ":" in addr else addr
+        logger.info("serving metrics on http://%s:%d/metrics", host, port)
 
     def stop(self) -> None:
         self.disconnect()

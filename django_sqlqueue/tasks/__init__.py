@@ -21,8 +21,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .attempts import TaskAttemptsExhausted, task_max_attempts  # noqa: F401
     from .backend import SQLQueueBackend  # noqa: F401
     from .keys import enqueue_in_order, ordering_key  # noqa: F401
+    from .options import TaskBackendMisconfigured  # noqa: F401
     from .timeouts import task_timeout  # noqa: F401
     from .trust import UntrustedTask  # noqa: F401
 
@@ -31,6 +33,9 @@ _EXPORTS = {
     "ordering_key": "keys",
     "enqueue_in_order": "keys",
     "task_timeout": "timeouts",
+    "task_max_attempts": "attempts",
+    "TaskAttemptsExhausted": "attempts",
+    "TaskBackendMisconfigured": "options",
     "UntrustedTask": "trust",
 }
 
@@ -41,6 +46,11 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'django_sqlqueue.tasks' has no attribute {name!r}")
+    if name == "SQLQueueBackend":
+        from .app_missing import AppMissingBackend, app_missing
+
+        if app_missing():  # the real one cannot be imported: a check error instead (not cached)
+            return AppMissingBackend
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

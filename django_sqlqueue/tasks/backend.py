@@ -10,7 +10,13 @@ Mapping (see docs/tasks.md):
   caller's transaction; ``run_after`` is the message's ``deliver_at``;
 - failed tasks are the dead letters of the topic (``tasks.<name>_dlq``);
 - a worker runs only the tasks ``trust.py`` vouches for (declared for this backend, in a
-  module it may look up); ``enqueue`` refuses the others, which a worker would refuse.
+  module it may look up); ``enqueue`` refuses the others, which a worker would refuse;
+- a task may have fewer attempts than the backend's (``attempts.py``).
+
+Mistakes in ``TASKS`` (``options.py``) do not raise when the backend is built -- Django
+builds it when a ``@task`` is declared, so that would be an import traceback -- but are
+reported by :meth:`SQLQueueBackend.check` (``manage.py check``) and raised, in one line,
+when the backend is used.
 
 Priorities are refused (``supports_priority = False``: ``validate_task`` raises
 ``InvalidTask`` for a priority other than the default), as the contract asks of a backend
@@ -19,20 +25,20 @@ that does not order by priority: messages of a partition are delivered in order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
 from .. import tracing
 from ..conf import get_settings
-from ..consumers import DEFAULT
 from ..exceptions import ConfigurationError, InvalidMessage
 from ..publisher import publish_message
 from ..rules import dlq
-from ..rules.atomic_modes import validate_atomic
-from ..rules.validation import validate_group, validate_message_id, validate_publish_topic, validate_topic
+from ..rules.validation import validate_message_id, validate_publish_topic, validate_topic
+from .app_missing import app_missing, app_missing_error
+from .attempts import max_attempts_of
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -44,118 +50,19 @@ from .compat import (
 )
 from .keys import current_key
 from .lookup import load_result
-from .marks import DEFAULT_MARK_RUNNING_AFTER
+from .options import (
+    INVALID_SETTING,
+    BackendOptions,
+    Problem,
+    TaskBackendMisconfigured,
+    check_queue_options,
+    configuration_problems,
+    parse_options,
+)
 from .replay import replay_task
-from .timeouts import parse_timeout
 from .trust import UntrustedTask, trusted_task
 
-#: Keys of ``OPTIONS``.
-OPTION_KEYS = frozenset(
-    {
-        "TOPIC_PREFIX",
-        "GROUP",
-        "MAX_ATTEMPTS",
-        "VISIBILITY_TIMEOUT",
-        "TIMEOUT",
-        "ATOMIC",
-        "BATCH_SIZE",
-        "STRICT",
-        "RESULT_RETENTION",
-        "MARK_RUNNING_AFTER",
-    }
-)
-#: Days finished results are kept by ``manage.py queue_prune_task_results`` by default.
-DEFAULT_RESULT_RETENTION = 7 * 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class BackendOptions:
-    topic_prefix: str
-    group: str
-    max_attempts: int | None
-    visibility_timeout: float | None
-    batch_size: int | None
-    result_retention: float
-    #: ``OPTIONS["TIMEOUT"]``: seconds, None (no limit), a dict of those by queue name, or
-    #: DEFAULT (the visibility timeout); see ``tasks/timeouts.py``.
-    timeout: Any = DEFAULT
-    #: ``OPTIONS["ATOMIC"]``: True, False, "batch", or a dict of those by queue name: a
-    #: task's effects and its result row commit with its ack (``atomic.py``).
-    atomic: Any = False
-    #: ``OPTIONS["MARK_RUNNING_AFTER"]``: seconds a first attempt runs before its result row
-    #: is written RUNNING (``tasks/marks.py``); 0: written as the task starts.
-    mark_running_after: float = DEFAULT_MARK_RUNNING_AFTER
-
-    def atomic_for_queue(self, queue_name: str) -> bool | str:
-        """The consumer ``atomic`` option of one queue."""
-        if isinstance(self.atomic, dict):
-            return self.atomic.get(queue_name, False)
-        return self.atomic
-
-    def timeout_for_queue(self, queue_name: str) -> Any:
-        """The consumer ``timeout`` of one queue (a number, None, or DEFAULT)."""
-        if isinstance(self.timeout, dict):
-            return self.timeout.get(queue_name, DEFAULT)
-        return self.timeout
-
-
-def parse_options(alias: str, options: Any) -> BackendOptions:
-    """Validate ``TASKS[alias]["OPTIONS"]``; raise ConfigurationError naming the problem."""
-    where = f"TASKS[{alias!r}]['OPTIONS']"
-    if not isinstance(options, dict):
-        raise ConfigurationError(f"{where} must be a dict, not {type(options).__name__}.")
-    unknown = sorted(set(options) - OPTION_KEYS)
-    if unknown:
-        raise ConfigurationError(
-            f"{where} has unknown key(s): {', '.join(map(str, unknown))}; known: {', '.join(sorted(OPTION_KEYS))}."
-        )
-    prefix = options.get("TOPIC_PREFIX", "tasks." if alias == "default" else f"tasks.{alias}.")
-    group = options.get("GROUP", "tasks")
-    try:
-        validate_topic(f"{prefix}x", what=f"{where}['TOPIC_PREFIX'] + queue name")
-        validate_group(group)
-    except InvalidMessage as exc:
-        raise ConfigurationError(f"{where}: {exc}") from exc
-
-    def positive(key: str, kind: type) -> Any:
-        value = options.get(key)
-        if value is None:
-            return None
-        ok = isinstance(value, int) if kind is int else isinstance(value, (int, float))
-        if not ok or isinstance(value, bool) or value <= 0:
-            raise ConfigurationError(f"{where}[{key!r}] must be a positive {kind.__name__}, got {value!r}.")
-        return kind(value)
-
-    strict = options.get("STRICT", False)
-    if not isinstance(strict, bool):
-        raise ConfigurationError(f"{where}['STRICT'] must be True or False, got {strict!r}.")
-    batch_size = positive("BATCH_SIZE", int)
-    if strict:
-        if batch_size not in (None, 1):
-            raise ConfigurationError(f"{where}: STRICT means one task of a key at a time (BATCH_SIZE 1).")
-        batch_size = 1
-    retention = positive("RESULT_RETENTION", float)
-    mark_after = options.get("MARK_RUNNING_AFTER", DEFAULT_MARK_RUNNING_AFTER)
-    if not isinstance(mark_after, (int, float)) or isinstance(mark_after, bool) or not 0 <= mark_after < float("inf"):
-        raise ConfigurationError(f"{where}['MARK_RUNNING_AFTER'] must be a number of seconds >= 0, got {mark_after!r}.")
-    return BackendOptions(
-        topic_prefix=prefix,
-        group=group,
-        max_attempts=positive("MAX_ATTEMPTS", int),
-        visibility_timeout=positive("VISIBILITY_TIMEOUT", float),
-        batch_size=batch_size,
-        result_retention=DEFAULT_RESULT_RETENTION if retention is None else retention,
-        timeout=parse_timeout(f"{where}['TIMEOUT']", options["TIMEOUT"]) if "TIMEOUT" in options else DEFAULT,
-        atomic=_parse_atomic(f"{where}['ATOMIC']", options.get("ATOMIC", False)),
-        mark_running_after=float(mark_after),
-    )
-
-
-def _parse_atomic(where: str, value: Any) -> Any:
-    """Validate ``OPTIONS["ATOMIC"]``: True, False, "batch", or a dict of those by queue name."""
-    if isinstance(value, dict):
-        return {queue: validate_atomic(atomic, f"{where}[{queue!r}]") for queue, atomic in value.items()}
-    return validate_atomic(value, where)
+__all__ = ["BackendOptions", "SQLQueueBackend", "parse_options"]
 
 
 class SQLQueueBackend(BaseTaskBackend):
@@ -168,27 +75,56 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.sqlqueue = parse_options(alias, self.options)
-        if not self.queues:
-            raise ConfigurationError(f"TASKS[{alias!r}]['QUEUES'] must name at least one queue.")
-        # Validates each queue name as part of a topic; kept: a worker asks for every message.
-        self._topics = {name: self.topic_for(name) for name in sorted(self.queues)}
-        for key, value in (("TIMEOUT", self.sqlqueue.timeout), ("ATOMIC", self.sqlqueue.atomic)):
-            unknown = sorted(set(value) - set(self.queues)) if isinstance(value, dict) else []
-            if unknown:
-                raise ConfigurationError(
-                    f"TASKS[{alias!r}]['OPTIONS'][{key!r}] names queue(s) not in QUEUES: "
-                    f"{', '.join(map(str, unknown))}."
-                )
+        # Django builds a backend when a @task is declared (an import) or first used: a
+        # mistake in its settings is recorded here, reported by check() and raised on use
+        # (TaskBackendMisconfigured, one line), not raised from an import.
+        self._options: BackendOptions | None = None
+        self._topics: dict[str, str] = {}
+        self.problems: list[Problem] = configuration_problems(alias, self.options)
+        if not self.problems:
+            try:
+                options = parse_options(alias, self.options)
+                check_queue_options(alias, options, self.queues)
+                # Validates each queue name as part of a topic; kept: a worker asks for every message.
+                self._topics = {name: self._topic(options, name) for name in sorted(self.queues)}
+            except ConfigurationError as exc:
+                self.problems.append(Problem(INVALID_SETTING, str(exc)))
+            else:
+                self._options = options
         # apps.py registers it too when TASKS names this backend; also here for a backend
         # configured otherwise (a settings override, a backend built by hand). Idempotent.
         dlq.register_replay_hook(replay_task)
+
+    @property
+    def sqlqueue(self) -> BackendOptions:
+        """The parsed ``OPTIONS``; raise TaskBackendMisconfigured if the settings have a problem."""
+        if self._options is None:
+            first, more = self.problems[0], len(self.problems) - 1
+            hint = f" {first.hint}" if first.hint else ""
+            rest = f" ({more} more: manage.py check lists them)" if more else ""
+            raise TaskBackendMisconfigured(f"{first.msg}{hint}{rest}")
+        return self._options
+
+    def ensure_configured(self) -> None:
+        """Raise TaskBackendMisconfigured (one line) if the backend's settings have a problem."""
+        self.sqlqueue  # noqa: B018 - the property raises it
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """The backend's system checks (run by ``manage.py check``): its settings, and the app."""
+        messages = list(super().check(**kwargs))
+        if app_missing():  # (the package then hands out app_missing.py's stand-in instead)
+            messages.append(app_missing_error(self.alias))
+        messages += [checks.Error(p.msg, hint=p.hint, id=p.id) for p in self.problems]
+        return messages
 
     # -- mapping ---------------------------------------------------------------------------
 
     def topic_for(self, queue_name: str) -> str:
         """The topic of ``queue_name``: ``<TOPIC_PREFIX><queue_name>``."""
-        topic = f"{self.sqlqueue.topic_prefix}{queue_name}"
+        return self._topic(self.sqlqueue, queue_name)
+
+    def _topic(self, options: BackendOptions, queue_name: str) -> str:
+        topic = f"{options.topic_prefix}{queue_name}"
         try:
             validate_topic(topic, what=f"topic {topic!r} of task queue {queue_name!r}")
             # A queue's topic must be one publish() may write: not a dead-letter topic.
@@ -198,6 +134,7 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def topics(self) -> dict[str, str]:
         """Queue name -> topic, for every queue of the backend."""
+        self.ensure_configured()
         return dict(self._topics)
 
     def dead_letter_topic(self, queue_name: str) -> str:
@@ -212,10 +149,25 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        if self._options is None:
+            # Called as @task declares a task (an import): the settings' problem is for
+            # check() to report and enqueue() to raise, not for an import traceback.
+            return
         try:
-            validate_publish_topic(f"{self.sqlqueue.topic_prefix}{task.queue_name}", get_settings().DLQ_SUFFIX)
+            validate_publish_topic(f"{self._options.topic_prefix}{task.queue_name}", get_settings().DLQ_SUFFIX)
         except InvalidMessage as exc:
             raise InvalidTask(f"queue name {task.queue_name!r} cannot be a topic: {exc}") from exc
+        own, allowed = max_attempts_of(task), self.max_attempts()
+        if own is not None and own > allowed:
+            raise InvalidTask(
+                f"task {task.module_path} asks for task_max_attempts({own}), more than the {allowed} attempts of "
+                f"backend {self.alias!r} (its OPTIONS['MAX_ATTEMPTS'], else SQLQUEUE['MAX_ATTEMPTS']): "
+                "raise the backend's, or ask for fewer."
+            )
+
+    def max_attempts(self) -> int:
+        """The attempts of a task of this backend: ``OPTIONS["MAX_ATTEMPTS"]``, else ``SQLQUEUE["MAX_ATTEMPTS"]``."""
+        return self.sqlqueue.max_attempts or get_settings().MAX_ATTEMPTS
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Publish the task in the caller's transaction; ``task_enqueued`` fires on commit."""
@@ -224,6 +176,7 @@ class SQLQueueBackend(BaseTaskBackend):
     def enqueue_with(self, task: Task, args: Any, kwargs: Any, *, id: str | None = None, key: Any = None) -> TaskResult:
         """:meth:`enqueue` with a chosen result id (idempotent: the same id is stored once)
         and ordering key (default: the enclosing ``ordering_key()`` block's)."""
+        self.ensure_configured()
         self.validate_task(task)
         # Refuse here what a worker would refuse (trust.py): e.g. a task declared for another
         # backend and moved to this one with .using(backend=...).
@@ -273,4 +226,5 @@ class SQLQueueBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         """The task's state: from its result row once a worker started it, else from its message."""
+        self.ensure_configured()
         return load_result(self, result_id)

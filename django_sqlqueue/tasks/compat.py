@@ -13,7 +13,7 @@ try:  # Django >= 6.0
     from django.tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
@@ -29,6 +29,7 @@ except ImportError:  # Django 5.2 + the django-tasks backport
             TaskResult,
             TaskResultStatus,
         )
+        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend  # type: ignore[no-redef]
         from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
         from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
         from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE_NAME",
     "BaseTaskBackend",
     "InvalidTask",
+    "InvalidTaskBackend",
     "Task",
     "TaskContext",
     "TaskError",

@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
 from ..consumers import ConsumerSpec
 
-BACKEND_PATH = "django_sqlqueue.tasks.SQLQueueBackend"
+# Imported here, in ready() when TASKS names the backend: it registers the backend's checks.
+from .checks import BACKEND_PATH, configured_aliases
 
-
-def configured_aliases() -> list[str]:
-    """Aliases of ``settings.TASKS`` whose backend is :class:`~django_sqlqueue.tasks.SQLQueueBackend`."""
-    tasks: Any = getattr(settings, "TASKS", None) or {}
-    return [
-        alias for alias, params in tasks.items() if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH
-    ]
+__all__ = ["BACKEND_PATH", "configured_aliases", "task_consumer_specs"]
 
 
 def task_consumer_specs() -> list[ConsumerSpec]:
@@ -31,7 +25,6 @@ def task_consumer_specs() -> list[ConsumerSpec]:
     if not aliases:
         return []
     autodiscover_modules("tasks")
-    from ..conf import get_settings
     from .compat import task_backends
     from .execution import handler_for
 
@@ -39,7 +32,7 @@ def task_consumer_specs() -> list[ConsumerSpec]:
     for alias in aliases:
         backend: Any = task_backends[alias]
         opts = backend.sqlqueue
-        max_attempts = opts.max_attempts or get_settings().MAX_ATTEMPTS
+        max_attempts = backend.max_attempts()
         handler = handler_for(alias, max_attempts)
         for queue_name, topic in backend.topics().items():
             specs.append(

@@ -14,6 +14,11 @@ with the usual consumer semantics:
   ``BACKOFF_MAX``), until ``MAX_ATTEMPTS``; its result says READY with the error in
   ``errors`` meanwhile, then FAILED and the message goes to the dead-letter topic;
 - ``django_sqlqueue.Retry(delay=...)`` retries after that delay, ``Reject`` fails at once;
+- a task with fewer attempts of its own (``task_max_attempts``, ``attempts.py``) that
+  fails its last one is FAILED with its error and dead-lettered at once: the handler
+  raises ``TaskAttemptsExhausted`` (a ``Reject``) from the error. A delivery past the
+  task's last attempt (that attempt timed out, or its worker died) is not run: FAILED
+  and dead-lettered the same way;
 - a message naming a task the backend does not run (``trust.py``) is never run: it is
   dead-lettered at once (``UntrustedTask``, a ``Reject``) and its result row says FAILED
   with the reason (:meth:`TaskHandler.refused`);
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from .. import tracing
 from ..exceptions import Reject
 from . import results
+from .attempts import TaskAttemptsExhausted, attempts_for, exhausted
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
 from .marks import marks
 from .timeouts import timeout_of
@@ -67,6 +73,7 @@ class TaskHandler:
 
     def __init__(self, alias: str, max_attempts: int) -> None:
         self.alias = alias
+        #: The backend's attempts (its consumers'); a task may have fewer (``attempts.py``).
         self.max_attempts = max_attempts
         self.__name__ = f"run_tasks[{alias}]"
         self.__qualname__ = self.__name__
@@ -130,6 +137,8 @@ class TaskHandler:
             self._taken(message)
             self.refused(message, error)
             return
+        if isinstance(error, TaskAttemptsExhausted) and error.__cause__ is not None:
+            error = error.__cause__  # the task's own error, not the means of dead-lettering it
         record = self._taken(message) or self._begin(message)
         if record is None:
             return
@@ -236,6 +245,14 @@ class TaskHandler:
         if record is None:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return
+        limit = attempts_for(task, self.max_attempts)
+        if message.attempt > limit:
+            # The task's last attempt ended without an outcome (it timed out, or its worker
+            # died); the consumer, counting to the backend's attempts, delivered it again.
+            gone = exhausted(task, message.attempt, limit, None)
+            if not atomic and results.finish(record, error=gone, final=True):
+                task_finished.send(type(backend), task_result=results.to_result(record, task))
+            raise gone
         task_result = results.to_result(record, task)
         # A lazy first attempt: its row is written RUNNING only if it runs past mark_after.
         mark = None if results.is_written(record) else marks.start(record, mark_after)
@@ -252,11 +269,14 @@ class TaskHandler:
             value = normalize_json(value)
             json.dumps(value)  # a return value the result row cannot store fails the attempt
         except Exception as exc:
-            if atomic:
-                raise  # rolled back: rolled_back() records it
-            final = isinstance(exc, Reject) or message.attempt >= self.max_attempts
-            if results.finish(record, error=exc, final=final) and final:
-                task_finished.send(type(backend), task_result=results.to_result(record, task))
+            # The task's own last attempt, before the consumer's: dead-letter it now.
+            ends_early = not isinstance(exc, Reject) and message.attempt >= limit and limit < self.max_attempts
+            if not atomic:  # else rolled back: rolled_back() records it
+                final = ends_early or isinstance(exc, Reject) or message.attempt >= limit
+                if results.finish(record, error=exc, final=final) and final:
+                    task_finished.send(type(backend), task_result=results.to_result(record, task))
+            if ends_early:
+                raise exhausted(task, message.attempt, limit, exc) from exc
             raise
         if not results.finish(record, value=value, final=True):
             logger.info("a timed-out task returned after all; its outcome is not recorded id=%s", result_id)
@@ -270,5 +290,8 @@ _handlers: dict[str, TaskHandler] = {}
 
 
 def handler_for(alias: str, max_attempts: int) -> TaskHandler:
-    """One handler per alias (the consumer registry refuses two handlers for one topic)."""
-    return _handlers.setdefault(alias, TaskHandler(alias, max_attempts))
+    """One handler per alias (the consumer registry refuses two handlers for one topic),
+    with the attempts of the latest specs (settings may change: tests, a reload)."""
+    handler = _handlers.setdefault(alias, TaskHandler(alias, max_attempts))
+    handler.max_attempts = max_attempts
+    return handler

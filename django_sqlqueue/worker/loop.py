@@ -206,6 +206,7 @@ class Worker:
             connections.close_all()
             return
         startup.check_connection_room(self.store, self.connections_needed(), name=self.name)
+        startup.warn_unreached_topics(self.store, self.conf, [(s.group, s.topic) for s in self.subscriptions])
         self.keeper.start(on_death=self._service_died)
         for sub in self.subscriptions:
             sub.ready.wait(timeout=self.conf.LEASE_DURATION)

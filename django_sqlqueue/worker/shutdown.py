@@ -54,7 +54,10 @@ def graceful_signals(on_first: Callable[[], None]) -> Iterator[None]:
     def watch() -> None:
         data = os.read(read_fd, 1)  # the first signal, or b"" once the block has ended
         if data:
-            logger.warning("received %s, draining (send it again to exit at once)", signal.Signals(data[0]).name)
+            # INFO: deploys and scale-downs send it routinely. The second signal, which abandons
+            # the messages in hand, is the unusual one: handler() writes it to stderr whatever
+            # the log level.
+            logger.info("received %s, draining (send it again to exit at once)", signal.Signals(data[0]).name)
             on_first()
 
     watcher = threading.Thread(target=watch, name="sqlqueue-signals", daemon=True)

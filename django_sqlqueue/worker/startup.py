@@ -5,11 +5,14 @@
   waiting out a database it cannot reach, or that refuses another connection, like any
   outage (``outage.py``): a worker started while the server is down starts once it gets in;
 - :func:`check_connection_room` compares the server's room for more connections with the
-  worker's budget (``budget.py``) and warns once if they do not fit.
+  worker's budget (``budget.py``) and warns once if they do not fit;
+- :func:`warn_unreached_topics` warns once per consumed topic that no message has reached
+  and nothing declares -- a typo in ``@consumer(...)``, most likely (``sqlqueue.W003``).
 
-Both run on the poll loop's thread and connection, before the side threads open theirs
+They run on the poll loop's thread and connection, before the side threads open theirs
 (``loop.py``); ``django_sqlqueue.testing.drain`` registers its topics the same way. This
-module imports the data layer and the worker's leaves (``budget``, ``outage``).
+module imports the data layer, ``checks`` (the test of a topic it shares with the system
+check) and the worker's leaves (``budget``, ``outage``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import threading
 from collections.abc import Iterable
 from functools import partial
 
+from ..checks import unreached_topics
 from ..conf import QueueSettings
 from ..db.conn import close_quietly
 from ..db.retry import Retrying
@@ -114,3 +118,25 @@ def is_async(handler: object) -> bool:
     such a handler needs an event loop thread, and a connection, of its own (``budget.py``)."""
     call = type(handler).__call__ if not inspect.isroutine(handler) else None
     return inspect.iscoroutinefunction(handler) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+def warn_unreached_topics(store: QueueStore, conf: QueueSettings, consumed: Iterable[tuple[str, str]]) -> None:
+    """Warn once per consumed topic ((group, topic) pairs) that looks like a typo: no message
+    has reached it and nothing declares it (``checks.unreached_topics``, ``sqlqueue.W003``).
+
+    A worker that consumes ``order.created`` for ``orders.created`` would otherwise lease the
+    partitions of a topic that never gets a message, without a word. A courtesy check, like
+    :func:`check_connection_room`: if it fails, the worker goes on without it.
+    """
+    try:
+        found = unreached_topics(consumed, store.using, conf)
+    except Exception:  # a courtesy check: the worker goes on without it
+        logger.debug("could not look for consumed topics without messages", exc_info=True)
+        close_quietly(store.using)
+        return
+    for topic in found:
+        logger.warning(
+            "%s -- a typo in @consumer(...)? (a new topic: declare it in SQLQUEUE['TOPICS'] to silence this; "
+            "sqlqueue.W003)",
+            topic.describe(),
+        )

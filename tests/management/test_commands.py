@@ -64,7 +64,7 @@ def test_queue_status_table():
             "group g_1: 1 topic(s), 2 partition(s), lag 16, waiting for the sequencer 2, in flight 0, retrying 0, "
             "dead letters 0, live subscribers 0"
         ),
-        "topics nobody consumes (never collected): st_dlq",
+        "dead-letter topics (kept until replayed or purged): st_dlq",
     ]
     # Columns are aligned: every row starts its "head" column at the same position.
     starts = {line.index(" 10 ") if " 10 " in line else line.index(" 4 ") for line in lines[1:7]}

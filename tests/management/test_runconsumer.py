@@ -1,4 +1,5 @@
-"""management/commands/runconsumer.py: the options refused before a worker starts.
+"""management/commands/runconsumer.py: the options refused before a worker starts, a worker
+without consumers, and the log line saying where ``--metrics-port`` serves.
 
 Running consumers until SIGTERM: tests/management/test_commands.py; as real processes: tests/processes/.
 """
@@ -12,7 +13,11 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from django_sqlqueue.consumers import load_consumers, registry
 from django_sqlqueue.management.commands import runconsumer
+from django_sqlqueue.metrics.worker import WorkerMetrics
+
+from ..processes.test_metrics import free_port
 
 
 @pytest.fixture
@@ -52,3 +57,47 @@ def test_a_concurrency_given_as_a_keyword_is_checked_too() -> None:
         call_command(runconsumer.Command(), concurrency=0)
     with pytest.raises(CommandError, match=r"--metrics-port must be a TCP port \(1-65535\), got 70000"):
         call_command(runconsumer.Command(), metrics_port=70000)
+
+
+@pytest.fixture
+def no_consumers() -> Iterator[None]:
+    """An empty consumer registry (the apps' consumers modules are imported already, so
+    importing them again registers nothing); the registered consumers come back after."""
+    saved = load_consumers()
+    for spec in saved:
+        registry.unregister(spec.group, spec.topic)
+    yield
+    for spec in saved:
+        registry.register(spec)
+
+
+@pytest.mark.usefixtures("restore_logger", "no_consumers")
+def test_a_worker_without_consumers_says_where_it_looked_and_how_to_declare_one() -> None:
+    """Issue 29: 'no registered consumer matches --group * --topic * (registered group:topic pairs: none)'."""
+    with pytest.raises(CommandError) as caught:
+        call_command(runconsumer.Command())
+    message = str(caught.value)
+    assert message.startswith("no consumer to run: consumers are the @consumer functions of each installed app's")
+    assert "(imported testproject.orders.consumers, tests.support.consumerapp.consumers" in message
+    assert "queues of a TASKS backend 'django_sqlqueue.tasks.SQLQueueBackend' (none configured)" in message
+    assert "Declare one in <app>/consumers.py of an app in INSTALLED_APPS: `@consumer('orders.created'" in message
+    assert "\n" not in message
+
+
+@pytest.mark.usefixtures("restore_logger")
+def test_consumers_that_do_not_match_the_filters_are_listed() -> None:
+    with pytest.raises(CommandError, match=r"no registered consumer matches --group \['nobody'\].*billing:orders"):
+        call_command(runconsumer.Command(), "--group", "nobody")
+
+
+def test_the_worker_metrics_log_where_they_are_served(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 29: no log line said where a worker serves its metrics."""
+    caplog.set_level(logging.INFO, logger="django_sqlqueue.metrics.worker")
+    port = free_port()
+    metrics = WorkerMetrics()
+    metrics.start(port, "127.0.0.1")
+    try:
+        lines = [r.getMessage() for r in caplog.records if r.name == "django_sqlqueue.metrics.worker"]
+        assert lines == [f"serving metrics on http://127.0.0.1:{port}/metrics"]
+    finally:
+        metrics.stop()

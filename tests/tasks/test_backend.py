@@ -9,6 +9,7 @@ configured by tests/tasks/conftest.py.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -113,7 +114,7 @@ def test_non_module_level_function_is_refused() -> None:
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"BOGUS": 1}, "unknown key"),
+        ({"BOGUS": 1}, "unknown key 'BOGUS'"),
         ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
         ({"TOPIC_PREFIX": "bad prefix "}, "TOPIC_PREFIX"),
         ({"STRICT": True, "BATCH_SIZE": 5}, "STRICT"),
@@ -122,23 +123,43 @@ def test_non_module_level_function_is_refused() -> None:
         ({"MARK_RUNNING_AFTER": float("inf")}, "MARK_RUNNING_AFTER"),
     ],
 )
-def test_bad_options_raise_configuration_error(options: dict[str, Any], match: str) -> None:
-    from django_sqlqueue.tasks.backend import SQLQueueBackend
+def test_bad_options_are_check_errors_and_refuse_use(options: dict[str, Any], match: str) -> None:
+    """Built all the same (Django builds it as a @task is declared: an import); check()
+    reports the problem, and using the backend raises it in one line."""
+    assert_misconfigured({"QUEUES": ["default"], "OPTIONS": options}, match)
 
+
+def assert_misconfigured(params: dict[str, Any], match: str) -> None:
+    from django_sqlqueue.tasks.backend import SQLQueueBackend
+    from django_sqlqueue.tasks.options import TaskBackendMisconfigured
+
+    backend = SQLQueueBackend("default", params)
+    errors = backend.check()
+    assert len(errors) == 1 and errors[0].id.startswith("sqlqueue.tasks.E00"), errors
+    assert re.search(match, errors[0].msg)
+    for use in (backend.topics, lambda: backend.topic_for("default"), lambda: backend.get_result("x")):
+        with pytest.raises(TaskBackendMisconfigured, match=match) as raised:
+            use()
+        assert "\n" not in str(raised.value)
     with pytest.raises(ConfigurationError, match=match):
-        SQLQueueBackend("default", {"QUEUES": ["default"], "OPTIONS": options})
+        backend.enqueue(tasks.add, [1, 2], {})
+    assert not Message.objects.exists()
 
 
-def test_bad_queue_name_raises_configuration_error() -> None:
-    from django_sqlqueue.tasks.backend import SQLQueueBackend
-
-    with pytest.raises(ConfigurationError, match="characters outside"):
-        SQLQueueBackend("default", {"QUEUES": ["has space"], "OPTIONS": {}})
+def test_bad_queue_name_is_a_check_error() -> None:
+    assert_misconfigured({"QUEUES": ["has space"], "OPTIONS": {}}, "characters outside")
 
 
 def test_a_queue_whose_topic_is_a_dead_letter_topic_is_refused() -> None:
     """Issue 28: publish() refuses dead-letter topics, so a queue cannot be one."""
+    assert_misconfigured({"QUEUES": ["emails_dlq"], "OPTIONS": {}}, "dead-letter topic")
+
+
+def test_a_misconfigured_backend_still_lets_tasks_be_declared() -> None:
+    """Issue 29: @task validates the task with its backend as the module is imported; a
+    typo in OPTIONS used to raise there, a long import traceback instead of a check error."""
     from django_sqlqueue.tasks.backend import SQLQueueBackend
 
-    with pytest.raises(ConfigurationError, match="dead-letter topic"):
-        SQLQueueBackend("default", {"QUEUES": ["emails_dlq"], "OPTIONS": {}})
+    backend = SQLQueueBackend("default", {"QUEUES": ["default"], "OPTIONS": {"MAX_ATEMPTS": 3}})
+    backend.validate_task(tasks.add)  # no error: check() reports it
+    assert [e.id for e in backend.check()] == ["sqlqueue.tasks.E001"]

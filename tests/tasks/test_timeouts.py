@@ -6,6 +6,7 @@ retried, then FAILED and dead-lettered; a late return is not recorded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -108,9 +109,11 @@ def test_the_default_timeout_is_the_visibility_timeout() -> None:
 def test_bad_timeouts_are_refused(timeout: Any, message: str) -> None:
     from django_sqlqueue.tasks.backend import SQLQueueBackend
 
-    params = {**TASKS["default"], "OPTIONS": {"TIMEOUT": timeout}}
+    backend = SQLQueueBackend("default", {**TASKS["default"], "OPTIONS": {"TIMEOUT": timeout}})
+    assert [e.id for e in backend.check()] == ["sqlqueue.tasks.E002"]
+    assert re.search(message, backend.check()[0].msg)
     with pytest.raises(ConfigurationError, match=message):
-        SQLQueueBackend("default", params)
+        backend.topics()
 
 
 def test_task_timeout_refuses_bad_seconds() -> None:

@@ -85,7 +85,7 @@ def test_concurrency_one_adds_one_handler_thread_only_when_handlers_have_a_timeo
     assert connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=False).total == 2
     assert connection_budget(concurrency=1, scheduler=False, async_handlers=False, handler_threads=True).total == 3
     assert connection_budget(concurrency=2, scheduler=False, async_handlers=False).total == 4
-    assert connection_budget(concurrency=4, scheduler=True, async_handlers=False).total == 7  # docs/production.md's example
+    assert connection_budget(concurrency=4, scheduler=True, async_handlers=False).total == 7  # production.md's
 
 
 def test_an_object_with_an_async_call_counts_as_an_async_handler():

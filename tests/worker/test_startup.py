@@ -13,17 +13,19 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection, connections
 
+from django_sqlqueue import publish
 from django_sqlqueue.db.retry import Retrying
+from django_sqlqueue.db.sequencer import sequence
 from django_sqlqueue.db.store import QueueStore
 from django_sqlqueue.exceptions import ConfigurationError
-from django_sqlqueue.models import Partition, Topic
+from django_sqlqueue.models import Message, Partition, Topic
 from django_sqlqueue.worker import startup
 from django_sqlqueue.worker.budget import ConnectionBudget
 from django_sqlqueue.worker.loop import Worker
 from django_sqlqueue.worker.outage import OutageReporter
 from tests.support.tcpproxy import TcpProxy
 
-from ..support.engine_helpers import fast_conf, not_on_sqlite, spec, store, wait_until
+from ..support.engine_helpers import fast_conf, not_on_sqlite, running, spec, store, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,3 +134,41 @@ async def async_handler(message: object) -> None:
 def test_async_handlers_are_recognised_functions_and_callables_alike():
     assert startup.is_async(async_handler) and startup.is_async(AsyncCallable())
     assert not startup.is_async(print) and not startup.is_async(lambda m: None)
+
+
+def unreached_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == STARTUP_LOGGER and r.levelno == logging.WARNING]
+
+
+def test_a_consumed_topic_no_message_reached_is_one_warning_with_the_nearest_topics(caplog):
+    """Issue 29: a worker consuming ``order.created`` for ``orders.created`` leased 8 partitions
+    of a topic that never gets a message, without a word."""
+    publish("st.orders.created", {"n": 1})
+    consumed = [("billing", "st.order.created"), ("audit", "st.order.created"), ("billing", "st.orders.created")]
+    startup.warn_unreached_topics(store(), fast_conf(), consumed)
+    (line,) = unreached_warnings(caplog)
+    assert line == (
+        "topic 'st.order.created' (consumed by audit, billing) has never had a message and is not declared in "
+        "SQLQUEUE['TOPICS']; nearest known topics: st.orders.created -- a typo in @consumer(...)? (a new topic: "
+        "declare it in SQLQUEUE['TOPICS'] to silence this; sqlqueue.W003)"
+    )
+
+
+def test_declared_dead_letter_and_collected_topics_are_not_warned_about(caplog):
+    conf = fast_conf(TOPICS={"st.declared": {"partitions": 2}})
+    # Handled and collected (RETENTION 0): the log is empty, the partition's head is not.
+    startup.register_topics(store(), conf, Retrying("default", threading.Event()), ["st.collected"])
+    publish("st.collected", {"n": 1})
+    sequence("st.collected")
+    Message.objects.filter(topic="st.collected").delete()
+    consumed = [("g", "st.declared"), ("g", "st.collected"), ("g", "st.collected_dlq")]
+    startup.warn_unreached_topics(store(), conf, consumed)
+    assert unreached_warnings(caplog) == []
+
+
+def test_a_worker_says_so_when_it_starts(caplog):
+    publish("st.order.created", {"n": 1})
+    with running([spec("st.ordr.created", "g", print)], name="st-typo", conf=fast_conf(NOTIFY=False)):
+        wait_until(lambda: unreached_warnings(caplog), 10, "the warning")
+    (line,) = unreached_warnings(caplog)
+    assert line.startswith("topic 'st.ordr.created' (consumed by g) has never had a message")

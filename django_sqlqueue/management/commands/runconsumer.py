@@ -6,14 +6,16 @@ import os
 import socket
 from typing import Any
 
+from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import module_has_submodule
 
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.consumers import load_consumers, registry
 from django_sqlqueue.exceptions import ConfigurationError, SQLQueueError, WorkerCrashed
 from django_sqlqueue.rules.limits import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.schedules import all_schedules
-from django_sqlqueue.tasks.discovery import task_consumer_specs
+from django_sqlqueue.tasks.discovery import BACKEND_PATH, configured_aliases, task_consumer_specs
 from django_sqlqueue.worker.logsetup import configure_worker_logging
 from django_sqlqueue.worker.loop import Worker
 from django_sqlqueue.worker.shutdown import graceful_signals
@@ -97,8 +99,10 @@ class Command(BaseCommand):
         for spec in task_consumer_specs():
             registry.register(spec)
         specs = registry.select(options["group"] or None, options["topic"] or None)
+        if not registry.all():
+            raise CommandError(no_consumers())
         if not specs:
-            known = ", ".join(s.name for s in registry.all()) or "none"
+            known = ", ".join(s.name for s in registry.all())
             raise CommandError(
                 f"no registered consumer matches --group {options['group'] or '*'} --topic {options['topic'] or '*'}"
                 f" (registered group:topic pairs: {known})."
@@ -147,3 +151,21 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"--metrics-port {port}: cannot listen on {addr}:{port}: {exc}") from exc
         return metrics
+
+
+def no_consumers() -> str:
+    """Say where a worker looked for consumers and how to declare one (it found none)."""
+    modules = [
+        f"{c.name}.consumers"
+        for c in apps.get_app_configs()
+        # Not this app's own: django_sqlqueue.consumers is the @consumer decorator's module.
+        if c.name != "django_sqlqueue" and module_has_submodule(c.module, "consumers")
+    ]
+    looked = f"imported {', '.join(modules)}" if modules else "found none in INSTALLED_APPS"
+    tasks = f"TASKS aliases {', '.join(configured_aliases())}" if configured_aliases() else "none configured"
+    return (
+        f"no consumer to run: consumers are the @consumer functions of each installed app's `consumers` module "
+        f"({looked}) and the queues of a TASKS backend {BACKEND_PATH!r} ({tasks}). Declare one in "
+        "<app>/consumers.py of an app in INSTALLED_APPS: `@consumer('orders.created', group='billing')` "
+        "(docs/consuming.md)."
+    )
