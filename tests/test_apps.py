@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 import pytest
 from django.apps import apps as django_apps
 from django.core import checks
@@ -19,9 +20,13 @@ from django_sqlqueue.apps import SQLQueueConfig, uses_tasks_backend
 def test_the_app_config_registers_the_system_checks() -> None:
     config = django_apps.get_app_config("django_sqlqueue")
     assert isinstance(config, SQLQueueConfig)
-    # ready() imported django_sqlqueue.checks: its checks are in Django's registry, tagged "sqlqueue".
-    ours = [c for c in checks.registry.registry.get_checks() if c.__module__ == "django_sqlqueue.checks"]
-    assert ours and all("sqlqueue" in c.tags for c in ours)
+    # ready() imported django_sqlqueue.checks: its checks are in Django's registry, tagged "sqlqueue",
+    # but the one that reads the database (W003), tagged "database" only as Django's own are.
+    ours = {
+        c.__name__: c.tags for c in checks.registry.registry.get_checks() if c.__module__ == "django_sqlqueue.checks"
+    }
+    assert list(ours.pop("check_consumer_topics")) == [checks.Tags.database]
+    assert ours and all("sqlqueue" in tags for tags in ours.values())
 
 
 @pytest.mark.parametrize(
@@ -60,7 +65,9 @@ def test_the_app_registers_the_replay_hook_without_importing_django_tasks(
     tasks_setting: dict[str, Any] | None, registered: bool
 ) -> None:
     """In a process that never touches the backend (the console, queue_dlq): registered at
-    start-up when TASKS names it, and neither django.tasks nor the backport is imported."""
+    start-up when TASKS names it, and neither the backend nor the backport is imported. On
+    Django 6 the framework itself (django.tasks, a part of Django) is, when TASKS names the
+    backend: that registers Django's tasks check, which runs the backend's check()."""
     import os
     import subprocess
     import sys
@@ -87,4 +94,6 @@ print(sorted(m for m in sys.modules if m == "django_tasks" or m.startswith(("dja
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     hooks, imported = out.stdout.strip().splitlines()
     assert hooks == ("['replay_task']" if registered else "[]")
-    assert imported == "[]"
+    framework = ["django.tasks", "django.tasks.base", "django.tasks.checks", "django.tasks.exceptions"]
+    framework.append("django.tasks.signals")
+    assert imported == str(framework if registered and django.VERSION >= (6, 0) else [])
