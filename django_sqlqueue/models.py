@@ -346,4 +346,11 @@ class QueueConsole(models.Model):
 
 
 # The django.tasks backend's and the schedules' tables (kept in their own module).
-from .task_models import ScheduleState, TaskResultRecord  # noqa: E402, F401
+from .task_models import (  # noqa: E402, F401
+    ConcurrencySlot,
+    RateLimitState,
+    ScheduleState,
+    TaskBatch,
+    TaskResultRecord,
+    TaskUniqueLock,
+)

@@ -42,6 +42,8 @@ class TaskResultRecord(models.Model):
     #: One entry per attempt: the worker process that ran it, as ``host:pid``
     #: (``tasks.execution.WORKER_ID``), also when ``runconsumer --name`` names the subscriber.
     worker_ids = models.JSONField(default=list)
+    #: Set by a cancel while the task runs: the task may check it (``tasks/cancel.py``).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -71,3 +73,95 @@ class ScheduleState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} last tick {self.last_tick}"
+
+
+# -- issue 30: unique tasks, limits, batches ----------------------------------------------
+# Each table below has one owner module (named in its docstring); nothing else writes it.
+
+
+class TaskUniqueLock(models.Model):
+    """A unique task's claim (``tasks/unique.py``): at most one task per ``lock_key``.
+
+    The primary key is the constraint that makes a duplicate ``enqueue()`` -- also one
+    from a concurrent transaction -- find the existing task instead of writing a second.
+    """
+
+    #: sha256 hex of (backend alias, task path, the unique keys' values).
+    lock_key = models.CharField(max_length=64, primary_key=True)
+    result_id = models.CharField(max_length=MAX_MESSAGE_ID_LENGTH)
+    task_path = models.CharField(max_length=255)
+    created_at = models.DateTimeField()
+    #: When the claim lapses whatever the task's state (None: only the states end it).
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "queue_task_unique"
+
+    def __str__(self) -> str:
+        return f"{self.task_path} {self.lock_key[:12]} -> {self.result_id}"
+
+
+class RateLimitState(models.Model):
+    """One rate limit's state shared by every worker (``worker/limits`` owns it)."""
+
+    #: The limit's name (task path or consumer, plus the per-key value when keyed).
+    name = models.CharField(max_length=255, primary_key=True)
+    #: The algorithm's state (GCRA: the theoretical arrival time, epoch seconds).
+    value = models.FloatField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "queue_rate_limits"
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.value}"
+
+
+class ConcurrencySlot(models.Model):
+    """One of the ``n`` slots of a concurrency limit (``worker/limits`` owns it)."""
+
+    pk = models.CompositePrimaryKey("name", "slot")
+    #: The limit's name (task path plus the per-key value).
+    name = models.CharField(max_length=255)
+    slot = models.PositiveIntegerField()
+    #: Who holds it ("" when free): the delivery (message id and attempt).
+    holder = models.CharField(max_length=255, blank=True, default="")
+    #: A holder that died lets the slot go at this time.
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "queue_concurrency_slots"
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.slot}] {self.holder or 'free'}"
+
+
+class TaskBatch(models.Model):
+    """A batch of tasks with one completion callback (``tasks/batches.py`` owns it).
+
+    Each member's final outcome increments ``succeeded`` or ``failed`` in the transaction
+    that acks it; the increment that completes the batch enqueues ``on_finish`` in that
+    same transaction, so the callback is enqueued exactly once.
+    """
+
+    id = models.CharField(max_length=MAX_MESSAGE_ID_LENGTH, primary_key=True)
+    backend = models.CharField(max_length=128)
+    #: The callback task's module path and queue.
+    on_finish = models.CharField(max_length=255)
+    on_finish_queue = models.CharField(max_length=128, blank=True, default="")
+    #: Members enqueued (set when the batch block closes).
+    total = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    #: The batch's own data, handed to the callback.
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    #: The callback's TaskResult id, once enqueued.
+    callback_id = models.CharField(max_length=MAX_MESSAGE_ID_LENGTH, blank=True, default="")
+
+    class Meta:
+        db_table = "queue_task_batches"
+
+    def __str__(self) -> str:
+        return f"batch {self.id} {self.succeeded + self.failed}/{self.total}"
