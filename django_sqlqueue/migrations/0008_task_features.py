@@ -4,7 +4,6 @@
 
 from django.db import migrations, models
 
-
 # Keys compared byte for byte on MySQL/MariaDB, like the other queue tables (0002).
 BINARY_TABLES = ["queue_task_unique", "queue_rate_limits", "queue_concurrency_slots", "queue_task_batches"]
 
