@@ -69,6 +69,11 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("deadletters/<int:seq>/", views.deadletter, "deadletter"),
             ("topics/", views.topics, "topics"),
             ("topics/purge/", views.purge_topic, "purge_topic"),
+            ("tasks/", views.tasks, "tasks"),
+            ("tasks/action/", views.task_action, "task_action"),
+            ("tasks/batches/", views.batches, "task_batches"),
+            ("tasks/schedules/", views.schedules, "task_schedules"),
+            ("tasks/result/<path:result_id>/", views.task, "task"),
         ]
         return [
             path(route, wrap(refuse_nul(refuse_oversized(view))), name=f"{name}_{suffix}")

@@ -34,12 +34,14 @@ from django.core import checks
 from django.utils.module_loading import autodiscover_modules
 
 from .conf import QueueSettings
+from .db.conn import on_own_connection
 from .exceptions import ConfigurationError, InvalidMessage
 from .rules.atomic_modes import validate_atomic
+from .rules.rates import Limits, parse_rate
 from .rules.validation import validate_group, validate_topic
 
 if TYPE_CHECKING:
-    from .db.store import QueueStore
+    from .db.store import QueueStore, Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +91,19 @@ class ConsumerSpec:
     #: handler raised, before the nack or dead letter is written:
     #: ``on_rollback(message, error, final)`` (the tasks backend records the failed attempt).
     on_rollback: Callable[[ReceivedMessage, BaseException, bool], None] | None = None
+    #: A priority level of a task queue: (the queue, the level). The worker polls the levels
+    #: of one queue highest first (``worker/bands.py``); None: not a level.
+    priority_band: tuple[str, int] | None = None
+    settlement: Settlement | None = None  #: Final outcomes recorded with the ack, once (``db/store/settle.py``).
+    #: At most this many handler calls per period across all workers, e.g. "20/s" (``worker/limits.py``).
+    rate_limit: str | None = None
+    #: Per-message limits (the tasks' ``@rate_limit``, ``@concurrency_limit``); None: none, no cost.
+    limits_for: Callable[[ReceivedMessage], Limits | None] | None = None
 
     def __post_init__(self) -> None:
         validate_atomic(self.atomic, self.name)
+        if self.rate_limit is not None:
+            parse_rate(self.rate_limit, where=f"consumer {self.name}")  # ConfigurationError naming the problem
         if self.atomic and inspect.iscoroutinefunction(self.handler):
             raise ConfigurationError(
                 f"consumer {self.name}: an async def handler cannot be atomic (its ORM calls run on another "
@@ -176,6 +188,7 @@ def consumer(
     max_attempts: int | None = None,
     timeout: float | _Default | None = DEFAULT,
     atomic: bool | str = False,
+    rate_limit: str | None = None,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of ``topic`` in consumer ``group``.
 
@@ -198,6 +211,9 @@ def consumer(
     the batch back and its messages are retried one per transaction. Writes on other
     database aliases, emails and HTTP calls are outside the guarantee. Sync handlers
     only. See :mod:`django_sqlqueue.worker.batch.atomic` and ``docs/delivery-semantics.md``.
+
+    ``rate_limit="20/s"`` (per ``s``, ``m`` or ``h``): at most that many handler calls across
+    all workers; a message over it waits, not counted as an attempt (``worker/limits.py``).
     """
     try:
         validate_topic(topic)
@@ -215,7 +231,17 @@ def consumer(
         if not callable(fn):
             raise ConfigurationError(f"@consumer must decorate a callable, not {fn!r}.")
         registry.register(
-            ConsumerSpec(topic, group, fn, batch_size, visibility_timeout, max_attempts, timeout, atomic=atomic)
+            ConsumerSpec(
+                topic,
+                group,
+                fn,
+                batch_size,
+                visibility_timeout,
+                max_attempts,
+                timeout,
+                atomic=atomic,
+                rate_limit=rate_limit,
+            )
         )
         return fn
 
@@ -350,7 +376,7 @@ class ReceivedMessage:
             # it, blocking the lease keeper's renewals -- until the handler commits.
             # (Without concurrent writers -- SQLite -- the handler's transaction holds the
             # database write lock anyway; a second connection would wait for it.)
-            extended = _on_own_connection(extend)
+            extended = on_own_connection(extend)
         else:
             extended = extend()
         if extended and self._on_progress is not None:
@@ -364,29 +390,6 @@ class ReceivedMessage:
                 self.offset,
             )
         return extended
-
-
-def _on_own_connection(fn: Callable[[], bool]) -> bool:
-    """Run ``fn`` on a short-lived thread, so on connections of its own, committed at once."""
-    from django.db import connections
-
-    result: list[bool] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=target, name="sqlqueue-extend-visibility", daemon=True)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return result[0]
 
 
 def _in_event_loop() -> bool:

@@ -110,3 +110,13 @@ class TestingError(SQLQueueError):
     without a capture, ``drain()`` on a database it cannot consume from, an unknown consumer)."""
 
     __test__ = False  # not a test class, whatever pytest's name patterns say
+
+
+class TaskCancelled(SQLQueueError):
+    """A task was cancelled before it ran (``django_sqlqueue.tasks.cancel``).
+
+    Never raised by the worker: its dotted path is the ``exception_class_path`` of the
+    cancelled task's last ``errors`` entry (the result is FAILED: Django's
+    ``TaskResultStatus`` has no cancelled state), whose ``traceback`` says who cancelled
+    it and when. See :mod:`django_sqlqueue.ops.task_cancel`.
+    """

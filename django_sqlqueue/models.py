@@ -339,6 +339,7 @@ class QueueConsole(models.Model):
             ("drop_group", "Can drop a retired consumer group"),
             ("release_lease", "Can release a partition lease"),
             ("purge_topic", "Can purge a topic"),
+            ("cancel_task", "Can cancel a task"),
         ]
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ class TaskResultRecord(models.Model):
     #: One entry per attempt: the worker process that ran it, as ``host:pid``
     #: (``tasks.execution.WORKER_ID``), also when ``runconsumer --name`` names the subscriber.
     worker_ids = models.JSONField(default=list)
-    #: Set by a cancel while the task runs: the task may check it (``tasks/cancel.py``).
+    #: Set by a cancel while the task runs: the task may check it (``tasks/cancellation.py``).
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -80,7 +80,7 @@ class ScheduleState(models.Model):
 
 
 class TaskUniqueLock(models.Model):
-    """A unique task's claim (``tasks/unique.py``): at most one task per ``lock_key``.
+    """A unique task's claim (``tasks/uniqueness.py``): at most one task per ``lock_key``.
 
     The primary key is the constraint that makes a duplicate ``enqueue()`` -- also one
     from a concurrent transaction -- find the existing task instead of writing a second.

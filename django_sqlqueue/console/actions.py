@@ -25,6 +25,7 @@ from .base import (
     url,
 )
 from .pages import Pages
+from .tasks import TaskPages
 
 #: Dead letters per transaction (and per LogEntry) of a bulk replay or purge.
 BATCH_SIZE = ops.deadletters.DEFAULT_BATCH
@@ -34,7 +35,7 @@ def _actor(request: HttpRequest) -> str:
     return request.user.get_username()
 
 
-class Views(Pages):
+class Views(Pages, TaskPages):
     # -- groups -----------------------------------------------------------------------
 
     def groups(self, request: HttpRequest) -> HttpResponse:

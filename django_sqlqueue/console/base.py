@@ -36,6 +36,9 @@ PERMISSIONS = {
     "drop": "drop_group",
     "release": "release_lease",
     "purge_topic": "purge_topic",
+    # Retrying a failed task replays its dead letter: the same right as on the dead-letter pages.
+    "retry_task": "replay_deadletter",
+    "cancel_task": "cancel_task",
 }
 
 TABS = [
@@ -46,6 +49,7 @@ TABS = [
     ("deliveries", "In flight & retrying"),
     ("deadletters", "Dead letters"),
     ("topics", "Topics"),
+    ("tasks", "Tasks"),
 ]
 
 #: Longest flash message: a message is stored in the session (or a cookie) until the next

@@ -9,7 +9,9 @@ new one), healthy ones are kept.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -55,3 +57,26 @@ def close_all_quietly() -> None:
             connection.close()
         except Exception:  # a broken connection being discarded
             logger.debug("closing a connection raised", exc_info=True)
+
+
+def on_own_connection(fn: Callable[[], bool]) -> bool:
+    """Run ``fn`` on a short-lived thread, so on connections of its own, committed at once
+    (``ReceivedMessage.extend_visibility`` in an atomic handler's transaction)."""
+
+    result: list[bool] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name="sqlqueue-extend-visibility", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]

@@ -87,5 +87,26 @@ class Migration(migrations.Migration):
             name="cancel_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
+        # The console's Tasks page: cancel a task (issue 30).
+        migrations.AlterModelOptions(
+            name="queueconsole",
+            options={
+                "default_permissions": (),
+                "managed": False,
+                "permissions": [
+                    ("view_queue", "Can view the queue console"),
+                    ("replay_deadletter", "Can replay dead letters"),
+                    ("purge_deadletter", "Can purge dead letters"),
+                    ("seek_group", "Can rewind or fast-forward a consumer group"),
+                    ("pause_group", "Can pause and resume a consumer group"),
+                    ("drop_group", "Can drop a retired consumer group"),
+                    ("release_lease", "Can release a partition lease"),
+                    ("purge_topic", "Can purge a topic"),
+                    ("cancel_task", "Can cancel a task"),
+                ],
+                "verbose_name": "queue console",
+                "verbose_name_plural": "queue console",
+            },
+        ),
         migrations.RunPython(binary_collation, migrations.RunPython.noop, atomic=False, elidable=False),
     ]

@@ -23,10 +23,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .attempts import TaskAttemptsExhausted, task_max_attempts  # noqa: F401
     from .backend import SQLQueueBackend  # noqa: F401
+    from .batch_members import Batch, BatchError  # noqa: F401
+    from .batches import batch, enqueue_batch  # noqa: F401
+    from .cancellation import CancelOutcome, UnknownTask, cancel, cancel_requested  # noqa: F401
     from .keys import enqueue_in_order, ordering_key  # noqa: F401
+    from .limits import concurrency_limit, rate_limit  # noqa: F401
     from .options import TaskBackendMisconfigured  # noqa: F401
     from .timeouts import task_timeout  # noqa: F401
     from .trust import UntrustedTask  # noqa: F401
+    from .uniqueness import UniqueTaskContention, unique  # noqa: F401
 
 _EXPORTS = {
     "SQLQueueBackend": "backend",
@@ -37,6 +42,18 @@ _EXPORTS = {
     "TaskAttemptsExhausted": "attempts",
     "TaskBackendMisconfigured": "options",
     "UntrustedTask": "trust",
+    "batch": "batches",
+    "enqueue_batch": "batches",
+    "Batch": "batch_members",
+    "BatchError": "batch_members",
+    "rate_limit": "limits",
+    "concurrency_limit": "limits",
+    "unique": "uniqueness",
+    "UniqueTaskContention": "uniqueness",
+    "cancel": "cancellation",
+    "cancel_requested": "cancellation",
+    "CancelOutcome": "cancellation",
+    "UnknownTask": "cancellation",
 }
 
 __all__ = sorted(_EXPORTS)

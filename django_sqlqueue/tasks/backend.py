@@ -11,20 +11,22 @@ Mapping (see docs/tasks.md):
 - failed tasks are the dead letters of the topic (``tasks.<name>_dlq``);
 - a worker runs only the tasks ``trust.py`` vouches for (declared for this backend, in a
   module it may look up); ``enqueue`` refuses the others, which a worker would refuse;
-- a task may have fewer attempts than the backend's (``attempts.py``).
+- a task may have fewer attempts than the backend's (``attempts.py``);
+- a ``@unique`` task is enqueued once while an equal one counts (``uniqueness.py``).
 
 Mistakes in ``TASKS`` (``options.py``) do not raise when the backend is built -- Django
 builds it when a ``@task`` is declared, so that would be an import traceback -- but are
 reported by :meth:`SQLQueueBackend.check` (``manage.py check``) and raised, in one line,
 when the backend is used.
 
-Priorities are refused (``supports_priority = False``: ``validate_task`` raises
-``InvalidTask`` for a priority other than the default), as the contract asks of a backend
-that does not order by priority: messages of a partition are delivered in order.
+Priorities: each level listed in ``OPTIONS["PRIORITIES"]`` is a topic of its own,
+``tasks.<name>.p<level>`` (level 0 is the queue's topic), polled highest first
+(``priorities.py``); ``validate_task`` refuses a priority with no level.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.core import checks
@@ -39,6 +41,7 @@ from ..rules import dlq
 from ..rules.validation import validate_message_id, validate_publish_topic, validate_topic
 from .app_missing import app_missing, app_missing_error
 from .attempts import max_attempts_of
+from .batch_members import batch_fields, joined
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -59,8 +62,11 @@ from .options import (
     configuration_problems,
     parse_options,
 )
+from .priorities import DEFAULT_PRIORITY, level_topic
+from .priorities import refusal as priority_refusal
 from .replay import replay_task
 from .trust import UntrustedTask, trusted_task
+from .uniqueness import enqueue_unique, unique_of
 
 __all__ = ["BackendOptions", "SQLQueueBackend", "parse_options"]
 
@@ -71,7 +77,7 @@ class SQLQueueBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -119,9 +125,15 @@ class SQLQueueBackend(BaseTaskBackend):
 
     # -- mapping ---------------------------------------------------------------------------
 
-    def topic_for(self, queue_name: str) -> str:
-        """The topic of ``queue_name``: ``<TOPIC_PREFIX><queue_name>``."""
-        return self._topic(self.sqlqueue, queue_name)
+    def topic_for(self, queue_name: str, priority: int = DEFAULT_PRIORITY) -> str:
+        """The topic of ``queue_name``'s tasks of ``priority``: ``<TOPIC_PREFIX><queue_name>``
+        for the default priority, else that level's (``priorities.py``)."""
+        return level_topic(self._topic(self.sqlqueue, queue_name), priority)
+
+    def queue_levels(self) -> list[tuple[str, int, str]]:
+        """(queue name, priority level, topic) for every queue and level, highest level first."""
+        levels = self.sqlqueue.priorities
+        return [(name, level, level_topic(base, level)) for name, base in self.topics().items() for level in levels]
 
     def _topic(self, options: BackendOptions, queue_name: str) -> str:
         topic = f"{options.topic_prefix}{queue_name}"
@@ -157,6 +169,8 @@ class SQLQueueBackend(BaseTaskBackend):
             validate_publish_topic(f"{self._options.topic_prefix}{task.queue_name}", get_settings().DLQ_SUFFIX)
         except InvalidMessage as exc:
             raise InvalidTask(f"queue name {task.queue_name!r} cannot be a topic: {exc}") from exc
+        if task.priority not in self._options.priorities:
+            raise InvalidTask(priority_refusal(self.alias, task.priority, self._options.priorities))
         own, allowed = max_attempts_of(task), self.max_attempts()
         if own is not None and own > allowed:
             raise InvalidTask(
@@ -196,16 +210,28 @@ class SQLQueueBackend(BaseTaskBackend):
             "backend": self.alias,
             "queue_name": task.queue_name,
         }
-        published = publish_message(
-            self.topic_for(task.queue_name),
+        payload.update(batch_fields(self.alias))  # in a batch() block: {"batch": its id} (batches.py)
+        publish = partial(
+            publish_message,
+            self.topic_for(task.queue_name, task.priority),
             payload,
             key=current_key() if key is None else key,
-            id=result_id,
             deliver_at=task.run_after,
             metadata={"task": task.module_path},
             # The send span (when a span is active: tracing.py) names the task.
             span_attributes={tracing.TASK_NAME: task.module_path},
         )
+        spec = unique_of(task)
+        if spec is None:
+            published = publish(id=result_id)
+        else:
+            # A unique task (uniqueness.py): its claim and message in one transaction, or the
+            # existing task's result for a duplicate (nothing written, no signal).
+            outcome = enqueue_unique(self, task, spec, args, kwargs, id=result_id, publish=publish)
+            if isinstance(outcome, TaskResult):
+                return outcome
+            published = outcome
+        joined(payload)  # counted in its batch, if any
         result: TaskResult = TaskResult(
             task=task,
             id=published.id,

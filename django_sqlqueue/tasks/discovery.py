@@ -34,21 +34,27 @@ def task_consumer_specs() -> list[ConsumerSpec]:
         opts = backend.sqlqueue
         max_attempts = backend.max_attempts()
         handler = handler_for(alias, max_attempts)
-        for queue_name, topic in backend.topics().items():
+        # One consumer per queue and priority level (priorities.py): the worker polls a
+        # queue's levels highest first (worker/bands.py); a queue with one level has none.
+        levelled = len(opts.priorities) > 1
+        for queue_name, level, topic in backend.queue_levels():
             specs.append(
                 ConsumerSpec(
                     topic=topic,
                     group=opts.group,
                     handler=handler,
                     batch_size=opts.batch_size,
+                    priority_band=(f"{alias}:{queue_name}", level) if levelled else None,
                     visibility_timeout=opts.visibility_timeout,
                     max_attempts=max_attempts,
                     timeout=opts.timeout_for_queue(queue_name),
                     timeout_for=handler.timeout_for,
+                    limits_for=handler.limits_for,
                     on_timeout=handler.timed_out,
                     atomic=opts.atomic_for_queue(queue_name),
                     before_atomic=handler.begin_attempt,
                     on_rollback=handler.rolled_back,
+                    settlement=handler.settlement,
                 )
             )
     return specs

@@ -52,13 +52,17 @@ from .. import tracing
 from ..exceptions import Reject
 from . import results
 from .attempts import TaskAttemptsExhausted, attempts_for, exhausted
+from .batches import BatchSettlement
 from .compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
+from .limits import limits_of
 from .marks import marks
+from .precheck import check_batch, may_have_row
 from .timeouts import timeout_of
 from .trust import MAX_PATH_LENGTH, UntrustedTask, message_task, queue_of_topic
 
 if TYPE_CHECKING:
     from ..consumers import ReceivedMessage
+    from ..rules.rates import Limits
     from .backend import SQLQueueBackend
     from .compat import Task
 
@@ -80,6 +84,13 @@ class TaskHandler:
         #: Atomic queues: the attempt ``begin_attempt`` recorded on this thread, by message id
         #: (None: the task had finished already).
         self._begun = threading.local()
+        #: Batch members are counted by the transaction that acks or dead-letters them, not
+        #: here: a redelivered member that finished already counts with its ack (batches.py).
+        self.settlement = BatchSettlement()
+
+    #: Called by the worker before a fetched batch runs (``worker/dispatch.py``): notes which
+    #: tasks have a result row already, so a cancelled one is not run (``precheck.py``).
+    before_batch = staticmethod(check_batch)
 
     def backend(self) -> SQLQueueBackend:
         from .compat import task_backends
@@ -108,6 +119,14 @@ class TaskHandler:
         except Exception:  # noqa: BLE001 - the handler refuses it with the reason
             return None
         return timeout_of(task)
+
+    def limits_for(self, message: ReceivedMessage) -> Limits | None:
+        """The task's rate and concurrency limits for this message (``limits.py``); None: none."""
+        try:
+            task = self.task_of(message)
+            return limits_of(task, message.payload.get("args", []), message.payload.get("kwargs", {}))
+        except Exception:  # noqa: BLE001 - the handler refuses it with the reason
+            return None
 
     def timed_out(self, message_id: str, payload: Any, attempt: int, error: BaseException, final: bool) -> None:
         """The watchdog gave the task's attempt up: record the timeout in its result."""
@@ -241,7 +260,9 @@ class TaskHandler:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return
         mark_after = backend.sqlqueue.mark_running_after
-        record = begun if begun is not None else self._begin(message, lazy=not atomic and mark_after > 0)
+        # A task with a row (cancelled?) takes the locked path of begin (tasks/precheck.py).
+        lazy = not atomic and mark_after > 0 and not may_have_row(result_id)
+        record = begun if begun is not None else self._begin(message, lazy=lazy)
         if record is None:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return

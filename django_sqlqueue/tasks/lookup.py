@@ -28,7 +28,7 @@ from ..models import Message
 from ..task_models import TaskResultRecord
 from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, set_field
 from .results import FINISHED, to_result
-from .trust import message_task, queue_of_topic, trusted_task
+from .trust import at_level, message_task, queue_of_topic, trusted_task
 
 
 class TaskQueues(Protocol):
@@ -39,6 +39,10 @@ class TaskQueues(Protocol):
 
     def topics(self) -> dict[str, str]:
         """Queue name -> topic, for every queue of the backend."""
+        ...
+
+    def queue_levels(self) -> list[tuple[str, int, str]]:
+        """(queue name, priority level, topic) for every queue and level (``priorities.py``)."""
         ...
 
     def dead_letter_topic(self, queue_name: str) -> str:
@@ -63,6 +67,7 @@ def load_result(backend: TaskQueues, result_id: str) -> TaskResult:
         # A row written before rows recorded their topic's queue may have none: its topic's.
         queue = record.queue_name or queue_of_topic(topics, record.topic) or ""
         task = trusted_task(record.task_path, alias=backend.alias, queues=topics.keys(), queue_name=queue)
+        task = at_level(task, topics, record.topic) if record.topic else task
         result = to_result(record, task)
         if record.status not in FINISHED:
             dead = _dead_letter(backend, result_id, [queue])
@@ -71,7 +76,7 @@ def load_result(backend: TaskQueues, result_id: str) -> TaskResult:
         return result
     message = (
         Message.objects.using(using)
-        .filter(topic__in=list(topics.values()), id=result_id)
+        .filter(topic__in=[topic for _, _, topic in backend.queue_levels()], id=result_id)
         .only("payload", "created_at", "topic")
         .first()
     )
@@ -106,10 +111,12 @@ def _from_message(
 
 
 def _dead_letter(backend: TaskQueues, result_id: str, queue_names: list[str]) -> Message | None:
+    # Each priority level's topic has its own dead-letter topic.
+    conf = get_settings()
+    wanted = set(queue_names)
+    dead_topics = [conf.dlq_topic(topic) for name, _, topic in backend.queue_levels() if name in wanted]
     return (
-        Message.objects.using(get_settings().DATABASE)
-        .filter(topic__in=[backend.dead_letter_topic(q) for q in queue_names], id=backend.dead_letter_id(result_id))
-        .first()
+        Message.objects.using(conf.DATABASE).filter(topic__in=dead_topics, id=backend.dead_letter_id(result_id)).first()
     )
 
 

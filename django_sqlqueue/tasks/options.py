@@ -24,6 +24,7 @@ from ..rules.atomic_modes import validate_atomic
 from ..rules.validation import validate_group, validate_topic
 from .compat import InvalidTaskBackend
 from .marks import DEFAULT_MARK_RUNNING_AFTER
+from .priorities import DEFAULT_PRIORITY, level_topics, parse_priorities
 from .timeouts import parse_timeout
 
 #: Keys of ``OPTIONS``.
@@ -37,6 +38,7 @@ OPTION_KEYS = frozenset(
         "ATOMIC",
         "BATCH_SIZE",
         "STRICT",
+        "PRIORITIES",
         "RESULT_RETENTION",
         "MARK_RUNNING_AFTER",
     }
@@ -81,6 +83,8 @@ class BackendOptions:
     #: ``OPTIONS["MARK_RUNNING_AFTER"]``: seconds a first attempt runs before its result row
     #: is written RUNNING (``tasks/marks.py``); 0: written as the task starts.
     mark_running_after: float = DEFAULT_MARK_RUNNING_AFTER
+    #: ``OPTIONS["PRIORITIES"]``: the priority levels, highest first (``tasks/priorities.py``).
+    priorities: tuple[int, ...] = (DEFAULT_PRIORITY,)
 
     def atomic_for_queue(self, queue_name: str) -> bool | str:
         """The consumer ``atomic`` option of one queue."""
@@ -159,6 +163,7 @@ def parse_options(alias: str, options: Any) -> BackendOptions:
         timeout=parse_timeout(f"{where}['TIMEOUT']", options["TIMEOUT"]) if "TIMEOUT" in options else DEFAULT,
         atomic=_parse_atomic(f"{where}['ATOMIC']", options.get("ATOMIC", False)),
         mark_running_after=float(mark_after),
+        priorities=parse_priorities(f"{where}['PRIORITIES']", options.get("PRIORITIES")),
     )
 
 
@@ -179,6 +184,16 @@ def check_queue_options(alias: str, opts: BackendOptions, queues: Collection[str
             raise ConfigurationError(
                 f"TASKS[{alias!r}]['OPTIONS'][{key!r}] names queue(s) not in QUEUES: {', '.join(map(str, unknown))}."
             )
+    # A level's topic (tasks.<queue>.p<level>) must not be another queue's topic.
+    owner: dict[str, str] = {}
+    for queue in sorted(queues):
+        for topic in level_topics(f"{opts.topic_prefix}{queue}", opts.priorities):
+            if owner.setdefault(topic, queue) != queue:
+                raise ConfigurationError(
+                    f"TASKS[{alias!r}]: queues {owner[topic]!r} and {queue!r} would share topic {topic!r} (a "
+                    "priority level's topic is the queue's topic + '.p<level>'): rename a queue or change "
+                    "OPTIONS['PRIORITIES']."
+                )
 
 
 def configuration_problems(alias: str, options: Any) -> list[Problem]:

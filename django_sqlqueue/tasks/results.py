@@ -215,6 +215,7 @@ def _merge(record: TaskResultRecord) -> bool:
         record.worker_ids = [*found.worker_ids, *record.worker_ids]
         record.errors = [*found.errors, *record.errors]
         record.started_at = found.started_at
+        record.cancel_requested_at = found.cancel_requested_at  # a cancel's flag (ops/task_cancel.py) stays
         record.save(using=using, force_update=True)
     return True
 

@@ -38,6 +38,7 @@ from django.apps import apps
 
 from ..exceptions import Reject
 from .compat import Task
+from .priorities import DEFAULT_PRIORITY, split_level
 
 #: Longest task path (the ``task_path`` column of ``queue_task_results``).
 MAX_PATH_LENGTH = 255
@@ -68,6 +69,11 @@ def _module(path: str, alias: str) -> Any:
     module_name = path.rpartition(".")[0]
     module = sys.modules.get(module_name)
     if module is not None:
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            # Another handler thread is importing it right now (its first task arrived on
+            # two threads at once): the half-run module may not have declared the task yet.
+            # import_module waits on the module's import lock until that import is done.
+            return importlib.import_module(module_name)
         return module
     if not in_installed_app(module_name):
         raise _refused(
@@ -112,8 +118,14 @@ def trusted_task(path: Any, *, alias: str, queues: Collection[str], queue_name: 
 
 
 def queue_of_topic(topics: Mapping[str, str], topic: str) -> str | None:
-    """The queue whose topic is ``topic`` (``topics``: queue name -> topic), or None."""
-    return next((name for name, queue_topic in topics.items() if queue_topic == topic), None)
+    """The queue whose topic, or one of whose priority levels' topics, is ``topic``
+    (``topics``: queue name -> topic; ``priorities.py``), or None."""
+    found = next((name for name, queue_topic in topics.items() if queue_topic == topic), None)
+    if found is None:
+        base, level = split_level(topic)
+        if level != DEFAULT_PRIORITY:
+            found = next((name for name, queue_topic in topics.items() if queue_topic == base), None)
+    return found
 
 
 def message_task(alias: str, topics: Mapping[str, str], topic: str, payload: Any) -> Task:
@@ -142,4 +154,11 @@ def message_task(alias: str, topics: Mapping[str, str], topic: str, payload: Any
         raise _refused(path, alias, f"the message names backend {payload['backend']!r}")
     if not isinstance(payload.get("args", []), list) or not isinstance(payload.get("kwargs", {}), dict):
         raise _refused(path, alias, "its 'args' must be a list and its 'kwargs' an object")
-    return trusted_task(path, alias=alias, queues=topics.keys(), queue_name=queue)
+    return at_level(trusted_task(path, alias=alias, queues=topics.keys(), queue_name=queue), topics, topic)
+
+
+def at_level(task: Task, topics: Mapping[str, str], topic: str) -> Task:
+    """``task`` with the priority of the level whose topic is ``topic`` (``priorities.py``):
+    a task enqueued with ``.using(priority=...)`` has its topic's level, not its declared one."""
+    level = DEFAULT_PRIORITY if topic in topics.values() else split_level(topic)[1]
+    return task if task.priority == level else task.using(priority=level)

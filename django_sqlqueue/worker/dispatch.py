@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from ..conf import QueueSettings
@@ -110,6 +110,7 @@ class Inline(Dispatch):
 
     def run(self, sub: Subscription, batches: Batches, watermarks: Mapping[int, int]) -> int:
         messages = [m for key in sorted(batches) for m in batches[key]]
+        before_batch(sub, messages)
         return self.batches.run(sub, messages, watermarks, self.invoke)
 
 
@@ -171,6 +172,7 @@ class _Threaded(Dispatch):
             close_all_quietly()
             self._seen.outages = outages
         tidy_connections()
+        before_batch(sub, progress.messages)
         return self.batches.run(sub, list(progress.messages), progress.watermarks, invoke, progress)
 
 
@@ -200,6 +202,15 @@ class HandlerPool(_Threaded):
 
     def slots(self) -> int | None:
         return None if self.inline is not None else self.executor.free
+
+
+def before_batch(sub: Subscription, messages: Sequence[FetchedMessage]) -> None:
+    """Hand a batch's messages to its handler's ``before_batch(messages)`` if it has one, on
+    the batch's thread before any of them runs and after the fetch committed their
+    deliveries (the tasks backend's cancel check, ``tasks/precheck.py``)."""
+    hook = getattr(sub.spec.handler, "before_batch", None)
+    if hook is not None:
+        hook(messages)
 
 
 def handler_threads(concurrency: int, subscriptions: Iterable[Subscription]) -> bool:

@@ -45,6 +45,7 @@ from ..instruments import NO_INSTRUMENTS, Instruments
 from ..rules.notify_channels import channel_for
 from ..schedules import Schedule
 from . import dispatch, startup
+from .bands import BandRound, in_poll_order
 from .batch.handlers import HandlerRunner
 from .batch.outcomes import Stats
 from .batch.runner import BatchRunner
@@ -112,7 +113,7 @@ class Worker:
         self.instruments = instruments or NO_INSTRUMENTS
         self.store = QueueStore(using or self.conf.DATABASE)
         self.sequencer = Sequencer(self.store.using)
-        self.subscriptions = [Subscription.create(spec, name, self.conf) for spec in specs]
+        self.subscriptions = in_poll_order(Subscription.create(spec, name, self.conf) for spec in specs)
         self.topics = sorted({sub.topic for sub in self.subscriptions})
         #: Whether batches run on handler threads (``dispatch.handler_threads``).
         self.uses_handler_threads = not inline and dispatch.handler_threads(concurrency, self.subscriptions)
@@ -318,10 +319,11 @@ class Worker:
                 changed = None
                 self.probe.forget()
             full = delivered = False
+            bands = BandRound()  # a task queue's priority levels: the highest with work first
             for sub in self.subscriptions:
                 if self.stop_event.is_set():
                     break
-                if not full_round and changed is not None and sub.topic not in changed:
+                if (not full_round and changed is not None and sub.topic not in changed) or bands.skips(sub):
                     continue
                 try:
                     count, was_full = self.poll(sub)
@@ -331,6 +333,7 @@ class Worker:
                     count, was_full = 0, False
                 else:
                     self.outage.reachable()
+                bands.polled(sub, count)
                 delivered = delivered or count > 0
                 full = full or was_full
             self.collector.run_if_due()

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django_sqlqueue import ops
 from django_sqlqueue.console.actions import Views
 from django_sqlqueue.console.pages import Pages
+from django_sqlqueue.console.tasks import TaskPages
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic, QueueConsole
 
 from ..support.console_scene import SETTINGS, build
@@ -131,6 +132,7 @@ VIEW_ARGS = {
     "group": ("billing", "orders"),
     "seek": ("billing", "orders"),
     "pause": ("billing", "orders"),
+    "task": ("r1",),
 }
 
 
@@ -139,8 +141,8 @@ def test_every_console_view_is_routed_and_checks_the_view_permission_itself(scen
     Pages (the read-only pages, lease release, topic purge) and Views (groups, dead letters)
     refuses a staff user without ``view_queue``, on GET and on POST, before it reads anything."""
     routed = {route.callback.__name__ for route in admin.site._registry[QueueConsole].get_urls()}
-    pages, actions = view_names(Pages), view_names(Views)
-    assert pages | actions == routed and not pages & actions
+    pages, actions, tasks = view_names(Pages), view_names(Views), view_names(TaskPages)
+    assert pages | actions | tasks == routed and not pages & actions and not (pages | actions) & tasks
     staff = User.objects.create_user("staff-only", is_staff=True)
     views = Views(admin.site)
     for name in sorted(routed):

@@ -117,6 +117,8 @@ def result_statements(delivery: Any) -> list[str]:
         statements.append(sql)
         return execute(sql, params, many, context)
 
+    handler = TaskHandler("default", 3)
+    handler.before_batch([delivery])  # as the worker does, once per fetched batch (not counted)
     with connection.execute_wrapper(spy):
-        TaskHandler("default", 3)(delivery)
+        handler(delivery)
     return [s for s in statements if "queue_task_results" in s]

@@ -237,3 +237,29 @@ def test_a_payload_that_names_no_task_is_refused() -> None:
     assert not TaskResultRecord.objects.filter(id=listed).exists()  # names no task: no row
     assert TaskResultRecord.objects.get(id=nameless).status == TaskResultStatus.FAILED
     assert not Run.objects.exists()
+
+
+def test_two_threads_meeting_a_task_modules_first_import_both_get_the_task() -> None:
+    # A worker's first two tasks of a module not imported yet, on two handler threads: the
+    # second finds the module in sys.modules while the first is still importing it.
+    import threading
+
+    name = "tests.support.taskapp.slow_import_tasks"
+    sys.modules.pop(name, None)
+    found: list[Any] = []
+
+    def look() -> None:
+        try:
+            found.append(
+                trusted_task(f"{name}.imported_slowly", alias="default", queues=["default"], queue_name="default")
+            )
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            found.append(exc)
+
+    threads = [threading.Thread(target=look) for _ in range(2)]
+    threads[0].start()
+    wait_until(lambda: name in sys.modules, 5, "the first import to begin", 0.005)
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+    assert [getattr(t, "module_path", t) for t in found] == [f"{name}.imported_slowly"] * 2

@@ -25,6 +25,11 @@ class SqlFragments:
     now_sql = "CURRENT_TIMESTAMP"
     #: ``now_sql`` plus a number of microseconds given as one parameter.
     now_plus_us_sql = "CURRENT_TIMESTAMP"
+    #: The database's current time as seconds since the epoch (a float), for the rate
+    #: limits' arithmetic (``db/store/limits.py``); constant within one statement.
+    epoch_sql = "CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS DOUBLE PRECISION)"
+    #: The larger of two values (SQLite's scalar ``MAX``).
+    greatest_sql = "GREATEST"
     #: Starts a transaction explicitly while the connection is in autocommit mode.
     begin_sql = "BEGIN"
     #: Whether the engine's short transactions open with :attr:`begin_sql` on the autocommit

@@ -31,6 +31,8 @@ class MySQLDialect(Dialect):
     begin_sql = "START TRANSACTION"
     lean_transactions = True
     now_plus_us_sql = "TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))"
+    # Arithmetic on the UTC clock: UNIX_TIMESTAMP() would go through the session time zone.
+    epoch_sql = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) / 1000000.0)"
     # MariaDB has no FOR SHARE; both understand the older spelling.
     for_share = "LOCK IN SHARE MODE"
     # ``SELECT DISTINCT topic`` over an index starting with ``topic`` (queue_msg_topic_seq)

@@ -12,6 +12,7 @@ class PostgreSQLDialect(Dialect):
     # statement_timestamp(), not now(): now() is frozen at the start of a transaction.
     now_sql = "statement_timestamp()"
     now_plus_us_sql = "(statement_timestamp() + %s::bigint * interval '1 microsecond')"
+    epoch_sql = "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
     json_placeholder = "%s::jsonb"
     empty_json_sql = "'{}'::jsonb"
     datetime_placeholder = "%s::timestamptz"

@@ -32,4 +32,7 @@ class SQLiteDialect(Dialect):
         return f"SELECT * FROM ({select}) AS b{index}"
 
     now_sql = _NOW
+    # julianday('now') has millisecond precision; 2440587.5 is the epoch's Julian day.
+    epoch_sql = "((julianday('now') - 2440587.5) * 86400.0)"
+    greatest_sql = "MAX"
     now_plus_us_sql = "strftime('%%Y-%%m-%%d %%H:%%M:%%f000', 'now', printf('%%+.6f seconds', %s / 1000000.0))"

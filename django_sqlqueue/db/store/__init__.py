@@ -11,6 +11,7 @@ numbers committed messages, lives in ``db/sequencer.py``.
 - ``leases.py``: renewing, acquiring and releasing partition leases;
 - ``delivery.py``: the poll's state query, the fetch, recording deliveries;
 - ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
+- ``settle.py``: a consumer's bookkeeping of final outcomes, in the ack's transaction;
 - ``atomic_acks.py``: the atomic consumers' ack, inside the handler's own transaction;
 - ``gc.py``: deleting what every group has processed;
 - ``messages.py``: appending messages (publish, dead letters, replayed copies);
@@ -25,7 +26,9 @@ numbers committed messages, lives in ``db/sequencer.py``.
 - ``log.py``: reads of the log for export and streaming (the Spark data source and
   pipelines); its ``LogStore`` is not part of :class:`QueueStore`;
 - ``schedules.py``: the recurring schedules' bookkeeping (``queue_schedules``), for the
-  workers' scheduler thread.
+  workers' scheduler thread;
+- ``limits.py``: rate limits (GCRA), concurrency slots, and postponing a delivery that
+  waits for them without counting an attempt.
 
 Locking, in short (READ COMMITTED on MySQL):
 
@@ -49,10 +52,12 @@ from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, Par
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
 from .leases import LeaseStore
+from .limits import LimitStore
 from .message_reports import MessageReportStore
 from .positions import PositionStore
 from .reports import DeliveryCounts, PartitionLag, ReportStore, lag
 from .schedules import ScheduleStore
+from .settle import Settlement, Settling
 from .topics import TopicStore
 
 
@@ -69,6 +74,7 @@ class QueueStore(
     MessageReportStore,
     DeadLetterStore,
     ScheduleStore,
+    LimitStore,
 ):
     """The queue's SQL on one database alias (the union of the store modules)."""
 
@@ -85,6 +91,8 @@ __all__ = [
     "PartitionLag",
     "PartitionState",
     "QueueStore",
+    "Settlement",
+    "Settling",
     "StoreBase",
     "lag",
 ]

@@ -24,6 +24,7 @@ from ...rules.validation import MAX_ERROR_LENGTH, encode_json
 from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
 from .messages import write_dead_letter
+from .settle import Settling, report
 
 #: Delivery-state rows read per watermark step.
 ADVANCE_SCAN = 1000
@@ -80,8 +81,11 @@ class AckStore(StoreBase):
                     [*params, None if error is None else error[:MAX_ERROR_LENGTH], group, topic, partition, offset],
                 )
 
-    def ack(self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]]) -> None:
-        """Mark messages acked for ``group`` (one statement after the lease check)."""
+    def ack(
+        self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]], *, settling: Settling | None = None
+    ) -> None:
+        """Mark messages acked for ``group`` (one statement after the lease check);
+        ``settling``: report the messages settled for good (``settle.py``)."""
         if not keys:
             return
         with self.transaction() as cursor:
@@ -89,11 +93,13 @@ class AckStore(StoreBase):
             keys = [k for k in keys if k[0] in held]
             if not keys:
                 return
+            claimed = settling.claim(self, cursor, group, topic, keys) if settling is not None else []
             match, match_params = self.match_offsets(keys)
             cursor.execute(
                 f"UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s AND {match}",
                 [group, topic, *match_params],
             )
+            report(settling, cursor, claimed)
 
     def ack_contiguous(
         self,
@@ -103,6 +109,7 @@ class AckStore(StoreBase):
         advances: Sequence[tuple[int, int, int]],
         *,
         report_skipped: bool = False,
+        settling: Settling | None = None,
     ) -> list[int]:
         """The happy path: for each (partition, watermark, new_watermark) whose acks are
         exactly watermark+1..new_watermark, move the watermark and drop the rows behind it
@@ -112,9 +119,11 @@ class AckStore(StoreBase):
         watermark moved meanwhile is returned, and its acks must go through :meth:`ack`.
         A partition no longer held is not written, and returned only with
         ``report_skipped`` (its acks must then not be retried: the lease is gone).
+        ``settling``: report the messages settled for good (``settle.py``).
         """
         P = self.P
         failed: list[int] = []
+        claimed: list[object] = []
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
             for partition, old, new in sorted(advances):
@@ -125,11 +134,15 @@ class AckStore(StoreBase):
                 if not move_watermark(self, cursor, group, topic, partition, old, new):
                     failed.append(partition)
                     continue
+                if settling is not None:  # before the DELETE: only rows still unacked count
+                    keys = [k for k in settling.tokens if k[0] == partition and old < k[1] <= new]
+                    claimed += settling.claim(self, cursor, group, topic, keys)
                 cursor.execute(
                     f"DELETE FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s "
                     f"AND {P} = %s AND message_offset <= %s",
                     [group, topic, partition, new],
                 )
+            report(settling, cursor, claimed)
         return failed
 
     def record_acks(
@@ -140,6 +153,7 @@ class AckStore(StoreBase):
         acks: Mapping[int, Sequence[int]],
         dead: Mapping[int, Collection[int]],
         watermarks: Mapping[int, int],
+        settling: Settling | None = None,
     ) -> None:
         """Record a batch's acks; move each partition's watermark when they allow it.
 
@@ -150,7 +164,27 @@ class AckStore(StoreBase):
         transaction (:meth:`ack_contiguous`). Otherwise (a gap: a nacked message, or a
         watermark moved meanwhile) the acks only flag their rows (:meth:`ack`), and a later
         poll's :meth:`advance_watermark` walks over them.
+
+        ``settling`` (``settle.py``): messages to report as settled for good, in the
+        transaction that acks them. Then both steps run in one ``atomic()`` block (the
+        consumer's bookkeeping may publish, which needs one).
         """
+        if settling is not None:
+            with transaction.atomic(using=self.using):
+                self._record_acks(group, topic, name, acks, dead, watermarks, settling)
+        else:
+            self._record_acks(group, topic, name, acks, dead, watermarks, None)
+
+    def _record_acks(
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        acks: Mapping[int, Sequence[int]],
+        dead: Mapping[int, Collection[int]],
+        watermarks: Mapping[int, int],
+        settling: Settling | None,
+    ) -> None:
         contiguous: list[tuple[int, int, int]] = []
         plain: list[tuple[int, int]] = []
         for partition, offsets in acks.items():
@@ -161,10 +195,10 @@ class AckStore(StoreBase):
             else:
                 plain += [(partition, off) for off in offsets]
         if contiguous:
-            failed = set(self.ack_contiguous(group, topic, name, contiguous))
+            failed = set(self.ack_contiguous(group, topic, name, contiguous, settling=settling))
             plain += [(partition, off) for partition in failed for off in acks[partition]]
         if plain:
-            self.ack(group, topic, name, plain)
+            self.ack(group, topic, name, plain, settling=settling)
 
     def advance_watermark(self, group: str, topic: str, name: str, partition: int, watermark: int) -> int:
         """Move the watermark over contiguous acked rows and deleted offsets; return the new watermark.
@@ -236,6 +270,7 @@ class AckStore(StoreBase):
         dlq_topic: str,
         attempts: int,
         error: str,
+        settling: Settling | None = None,
     ) -> bool:
         """Copy the message to the dead-letter topic and ack it for ``group``, atomically.
 
@@ -250,6 +285,9 @@ class AckStore(StoreBase):
         (``store/delivery.py``); a decoded value that cannot be stored again (NaN, a lone
         surrogate: JSON some databases accept and ``publish()`` refuses) is wrapped here
         the same way, so that a dead letter never fails on its own content.
+
+        ``settling``: report the message as settled for good (``settle.py``), in this
+        transaction, if its delivery row was still unacked.
         """
         payload = _storable(message.payload)
         original_metadata = _storable(message.metadata)
@@ -275,11 +313,14 @@ class AckStore(StoreBase):
                 original_topic=topic,
                 using=self.using,
             )
+            key = (message.partition, message.offset)
+            claimed = settling.claim(self, cursor, group, topic, [key]) if settling is not None else []
             cursor.execute(
                 "UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s "
                 f"AND {self.P} = %s AND message_offset = %s",
                 [group, topic, message.partition, message.offset],
             )
+            report(settling, cursor, (), claimed)
         return True
 
 

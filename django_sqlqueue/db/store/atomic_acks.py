@@ -17,11 +17,18 @@ from collections.abc import Sequence
 from ...exceptions import FenceLost
 from .acks import move_watermark
 from .base import IN_FLIGHT, StoreBase, in_list
+from .settle import Settling, report
 
 
 class AtomicAckStore(StoreBase):
     def ack_in_transaction(
-        self, group: str, topic: str, name: str, partition: int, deliveries: Sequence[tuple[int, int]]
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        partition: int,
+        deliveries: Sequence[tuple[int, int]],
+        settling: Settling | None = None,
     ) -> int | None:
         """Ack deliveries of one partition inside the caller's open transaction, fenced;
         return the new watermark if it moved, else None. Raise :class:`FenceLost` if
@@ -52,6 +59,9 @@ class AtomicAckStore(StoreBase):
         none of them. Lock order -- lease, watermark, deliveries -- is the order of
         every fenced write here, so no deadlock with the poll's own writes or an
         operator's (who deletes the lease row first).
+
+        ``settling`` (``settle.py``): the deliveries' tokens are reported last, once every
+        row passed the fence (so each was unacked and is acked by this transaction).
         """
         P = self.P
         if not deliveries:
@@ -83,4 +93,7 @@ class AtomicAckStore(StoreBase):
                         f"{len(group_offsets) - cursor.rowcount} delivery(ies) of partition {partition} of "
                         f"{group}:{topic} were redelivered, nacked or acked elsewhere meanwhile"
                     )
+            if settling is not None:  # every row passed the fence: each is acked by this transaction
+                tokens = [t for (p, o), t in settling.tokens.items() if p == partition and o in retry_of]
+                report(settling, cursor, tokens)
         return new if moved else None

@@ -46,3 +46,9 @@ class Command(BaseCommand):
                 n = prune(older_than=older, backend=alias, dry_run=options["dry_run"])
             verb = "would delete" if options["dry_run"] else "deleted"
             self.stdout.write(f"{alias}: {verb} {n} finished task result(s) older than {older:g}s")
+        from django_sqlqueue.tasks.uniqueness import prune_claims
+
+        with ops_errors():
+            n = prune_claims(dry_run=options["dry_run"])
+        if n:  # (tasks/uniqueness.py: claims of @unique tasks)
+            self.stdout.write(f"{verb} {n} unique task claim(s) that no longer count (expired, or task finished)")

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, transaction
 
 from ...db.conn import tidy_connections
+from ...db.store.settle import Settling
 from ...exceptions import Reject
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ def ack_and_commit(
     partition: int,
     deliveries: list[tuple[int, int]],
     progress: BatchProgress | None,
+    settling: Settling | None = None,
 ) -> int | None:
     """Inside the handler's open transaction: win the commit against the watchdog, then
     write the fenced ack (``ack_in_transaction``); return the new watermark, if moved.
@@ -116,7 +118,7 @@ def ack_and_commit(
     """
     if progress is not None and not progress.start_commit():
         raise Abandoned
-    return store.ack_in_transaction(sub.group, sub.topic, sub.name, partition, deliveries)
+    return store.ack_in_transaction(sub.group, sub.topic, sub.name, partition, deliveries, settling)
 
 
 def run_in_transaction(
@@ -144,12 +146,23 @@ def one_message(
     then ``handler()`` and the fenced ack in one transaction. The callable returns the
     watermark the ack moved (None: not moved)."""
     m = call.message
-    ack = partial(ack_and_commit, store, sub, m.partition, [(m.offset, call.attempt - 1)], progress)
+    settling = settling_of(sub, [m])
+    ack = partial(ack_and_commit, store, sub, m.partition, [(m.offset, call.attempt - 1)], progress, settling)
     in_transaction = partial(run_in_transaction, store, sub, handler, ack)
     hook = sub.spec.before_atomic
     if hook is None:
         return in_transaction
     return partial(_after, partial(hook, call.received), in_transaction)
+
+
+def settling_of(sub: Subscription, messages: Iterable[FetchedMessage]) -> Settling | None:
+    """The consumer's ``settlement`` with the tokens of ``messages`` it records with their
+    ack (``db/store/settle.py``), or None: none to record."""
+    settlement = sub.spec.settlement
+    if settlement is None:
+        return None
+    tokens = {(m.partition, m.offset): t for m in messages if (t := settlement.key_of(m)) is not None}
+    return Settling(settlement, tokens) if tokens else None
 
 
 def _after(first: Callable[[], object], then: Callable[[], int | None]) -> int | None:

@@ -12,7 +12,8 @@ partitions in the batch, in offset order) are handled inside one
 ``transaction.atomic()`` on the queue's database, one handler after the other, on the
 batch's thread. Messages no handler takes (undecodable rows, dead letters replayed for
 another group) go the ordinary way first (:meth:`BatchRunner.handle`: dead letter or
-ack, written with the batch's outcomes). The consumer's ``before_atomic`` hook runs for
+ack, written with the batch's outcomes), and so do messages with a rate or concurrency
+limit (run alone: their admission must not wait in an open transaction). The consumer's ``before_atomic`` hook runs for
 every message before the transaction opens. After the last handler, one fenced ack
 (``ack_in_transaction``: the partition's lease row and every delivery checked, the
 watermark moved if it can) and one COMMIT. Partitions run one after another, each with
@@ -58,6 +59,7 @@ from django.db import transaction
 from ...db.conn import tidy_connections
 from ...exceptions import FenceLost
 from ...rules import dlq
+from ..limits import limits_of
 from . import atomic
 from .outcomes import Call, announce, log_late_return
 
@@ -153,7 +155,8 @@ class AtomicBatches:
                 committing = progress is not None
                 key = batch.messages[indexes.start].partition
                 deliveries = [(c.message.offset, c.attempt - 1) for c in calls]
-                moved = self.store.ack_in_transaction(sub.group, sub.topic, sub.name, key, deliveries)
+                settling = atomic.settling_of(sub, [c.message for c in calls])
+                moved = self.store.ack_in_transaction(sub.group, sub.topic, sub.name, key, deliveries, settling)
         except atomic.Abandoned:
             self._abandoned(batch, todo, calls)
             return Together(None, indexes.start)
@@ -174,11 +177,19 @@ class AtomicBatches:
         todo: list[int] = []
         for index in indexes:
             m = batch.messages[index]
-            if m.undecodable is None and not dlq.is_for_other_group(m.metadata, batch.sub.group):
+            taken = m.undecodable is None and not dlq.is_for_other_group(m.metadata, batch.sub.group)
+            if taken and not self._limited(batch, m):
                 todo.append(index)
-            else:
+            else:  # a limited one alone: its admission (and slot) outside any transaction
                 self.runner.handle(batch.sub, m, batch.outcomes, batch.invoke, progress=batch.progress, index=index)
         return todo
+
+    def _limited(self, batch: Batch, m: FetchedMessage) -> bool:
+        """Whether ``m`` has rate or concurrency limits (``worker/limits.py``): it runs alone then."""
+        spec = batch.sub.spec
+        if spec.limits_for is None and spec.rate_limit is None:
+            return False
+        return limits_of(batch.sub, self.runner.received(batch.sub, m, batch.progress)) is not None
 
     def _call(self, batch: Batch, index: int, received: ReceivedMessage) -> tuple[Call, BaseException | None]:
         """Call the handler on ``messages[index]`` in the open transaction; return the call

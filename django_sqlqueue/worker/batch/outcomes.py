@@ -16,7 +16,8 @@ outcome to its batch's :class:`Outcomes`, in memory:
 transaction of its own fenced by the partition's lease (``db/store/acks.py``), in this
 order: dead letters (each moved atomically by the store), nacks, acks -- which move the
 watermark when the batch's offsets are contiguous with it -- and last the hand-backs of
-the messages not run (``release_deliveries``: due now, attempt not counted). Each write
+the messages not run (``release_deliveries``: due now, attempt not counted) and of those
+over a limit (``postpone_deliveries``: due after their delay, attempt not counted). Each write
 is retried through a database outage (``db/retry.py``).
 
 :class:`BatchHooks` is the runner's public seam: what its owner (the testing helpers'
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ... import signals
 from ...db.session import handler_section
 from ...db.store import SCHEDULED, FetchedMessage
+from ...db.store.settle import Settling
 from ...exceptions import Reject, Retry
 from ...rules import dlq
 from ...rules.backoff import retry_delay
@@ -66,6 +68,8 @@ class Stats:
     acked: int = 0
     nacked: int = 0
     dead_lettered: int = 0
+    #: Deliveries over a rate or concurrency limit, handed back to wait (not attempts).
+    postponed: int = 0
     #: Handler threads update the counters too.
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -89,6 +93,9 @@ class Outcomes:
     dead: list[tuple[FetchedMessage, int, str]] = field(default_factory=list)
     #: (partition, offset) of messages not run: handed back, attempt not counted.
     unprocessed: list[tuple[int, int]] = field(default_factory=list)
+    #: (partition, offset, delay) of messages over a limit (``worker/limits.py``): handed
+    #: back due after the delay, attempt not counted.
+    postponed: list[tuple[int, int, float]] = field(default_factory=list)
     #: Atomic consumers (``atomic.py``): acks committed with their handler's transaction
     #: (counted here, never written again) and the watermarks those commits moved.
     committed: int = 0
@@ -99,6 +106,9 @@ class Outcomes:
     #: ``atomic="batch"``: messages handled in the open transaction, not committed yet;
     #: handed back if the watchdog gives the batch up.
     pending: list[tuple[int, int]] = field(default_factory=list)
+    #: (partition, offset) -> token of the acks the consumer's ``settlement`` records
+    #: with them (``db/store/settle.py``); empty for consumers without one.
+    settle: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -252,6 +262,10 @@ class OutcomeWriter:
                 outcomes.moved[m.partition] = moved
         elif error is None:
             outcomes.acks[m.partition].append(m.offset)
+            if sub.spec.settlement is not None:  # recorded with the ack (db/store/settle.py)
+                token = sub.spec.settlement.key_of(m)
+                if token is not None:
+                    outcomes.settle[(m.partition, m.offset)] = token
         elif isinstance(error, Reject):
             outcomes.dead.append((m, attempt, describe_error(error)))
         else:
@@ -300,19 +314,28 @@ class OutcomeWriter:
         if outcomes.moved:
             watermarks = {**watermarks, **outcomes.moved}  # moved by atomic commits
         if outcomes.acks:
-            self.db("ack", lambda: store.record_acks(group, topic, name, outcomes.acks, dead, watermarks))
+            settlement = sub.spec.settlement
+            settling = Settling(settlement, outcomes.settle) if settlement is not None and outcomes.settle else None
+            self.db("ack", lambda: store.record_acks(group, topic, name, outcomes.acks, dead, watermarks, settling))
         self.stats.add(acked=sum(len(v) for v in outcomes.acks.values()) + outcomes.committed)
         if outcomes.unprocessed:
             self.db("release deliveries", lambda: store.release_deliveries(group, topic, name, outcomes.unprocessed))
+        if outcomes.postponed:
+            self.db("postpone", lambda: store.postpone_deliveries(group, topic, name, outcomes.postponed))
+            self.stats.add(postponed=len(outcomes.postponed))
 
     def dead_letter(self, sub: Subscription, m: FetchedMessage, attempts: int, error: str) -> None:
         """Move one message to its topic's dead-letter topic for ``sub``'s group (through
         the store: the copy and the group's ack in one fenced transaction)."""
         dlq_topic = dlq.dlq_topic(sub.topic, self.conf.DLQ_SUFFIX)
+        settlement, settling = sub.spec.settlement, None
+        if settlement is not None and (token := settlement.key_of(m)) is not None:
+            settling = Settling(settlement, {(m.partition, m.offset): token})  # counted with it (settle.py)
+        store, group, topic, name = self.store, sub.group, sub.topic, sub.name
         self.db(
             "dead letter",
-            lambda: self.store.dead_letter(
-                sub.group, sub.topic, sub.name, m, dlq_topic=dlq_topic, attempts=attempts, error=error
+            lambda: store.dead_letter(
+                group, topic, name, m, dlq_topic=dlq_topic, attempts=attempts, error=error, settling=settling
             ),
         )
         self.stats.add(dead_lettered=1)

@@ -12,6 +12,8 @@ for each message in offset order per partition, outside any transaction:
 - a row that could not be decoded (``FetchedMessage.undecodable``: written by another
   program, not JSON, or metadata not an object) is dead-lettered without calling the
   handler, with an error naming the column and why; the partition goes on;
+- a message over a rate or concurrency limit (``worker/limits.py``) is not run: it is
+  handed back to wait (``Outcomes.postponed``), attempt not counted; the partition goes on;
 - a message whose partition cannot run now (the worker is stopping, the lease was lost
   meanwhile: :meth:`BatchRunner.runnable`) is handed back with the outcomes.
 
@@ -46,7 +48,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -59,6 +61,7 @@ from ...db.store import FetchedMessage, QueueStore
 from ...exceptions import FenceLost
 from ...rules import dlq
 from ...rules.atomic_modes import BATCH
+from ..limits import Limiter
 from ..subscription import Subscription
 from . import atomic
 from .atomic_batches import AtomicBatches
@@ -125,6 +128,7 @@ class BatchRunner:
         self.interrupted: SystemExit | KeyboardInterrupt | None = None
         #: ``atomic="batch"`` consumers' batches (``atomic_batches.py``).
         self.atomic_batches = AtomicBatches(self)
+        self.limiter = Limiter(store, db)  # rate and concurrency limits (``worker/limits.py``)
         # Outcomes decided outside the handler calls, by the poller (messages out of
         # attempts) and the watchdog (timed-out attempts), are the writer's too.
         self.failed = self.writer.failed
@@ -263,6 +267,23 @@ class BatchRunner:
             outcomes.acks[m.partition].append(m.offset)
             return True
         received = self.received(sub, m, progress)
+        if sub.spec.limits_for is not None or sub.spec.rate_limit is not None:
+            attempt = partial(self._attempt, sub, m, received, outcomes, invoke, progress, index)
+            # Over a rate or concurrency limit: back to the queue to wait, not an attempt.
+            return self.limiter.gate(sub, received, outcomes, handler_timeout(sub, received), attempt)
+        return self._attempt(sub, m, received, outcomes, invoke, progress, index)
+
+    def _attempt(
+        self,
+        sub: Subscription,
+        m: FetchedMessage,
+        received: ReceivedMessage,
+        outcomes: Outcomes,
+        invoke: HandlerRunner,
+        progress: BatchProgress | None,
+        index: int,
+    ) -> bool:
+        """One attempt: the handler called on ``received``, its outcome recorded (:meth:`handle`)."""
         self.stats.add(delivered=1)
         call = self.begin(sub, m, received, progress, index)
         if call is None:
@@ -272,7 +293,7 @@ class BatchRunner:
         try:
             if sub.spec.atomic:
                 # Also commits the fenced ack; returns the watermark it moved (None: not moved).
-                handler = self._call(sub, call, invoke, progress)
+                handler = partial(invoke, sub.spec.handler, call.received, progress)
                 moved = call.run(atomic.one_message(self.store, sub, call, handler, progress))
             else:
                 call.run(invoke, sub.spec.handler, call.received, progress)
@@ -286,13 +307,6 @@ class BatchRunner:
         except BaseException as exc:  # noqa: BLE001 - any handler error is a failed attempt (OutcomeWriter.decide)
             error = exc
         return self._record(sub, call, error, outcomes, progress, moved)
-
-    @staticmethod
-    def _call(
-        sub: Subscription, call: Call, invoke: HandlerRunner, progress: BatchProgress | None
-    ) -> Callable[[], None]:
-        """The handler call on ``call``'s message, as a function of no arguments."""
-        return partial(invoke, sub.spec.handler, call.received, progress)
 
     def _record(
         self,

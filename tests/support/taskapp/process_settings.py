@@ -11,6 +11,10 @@ if os.environ.get("TSK_MARK_RUNNING_AFTER"):
     TASKS = copy.deepcopy(TASKS)
     TASKS["default"]["OPTIONS"]["MARK_RUNNING_AFTER"] = float(os.environ["TSK_MARK_RUNNING_AFTER"])
 
+if os.environ.get("TSK_PRIORITIES"):  # tests/tasks/test_priorities.py, bench/priorities.py
+    TASKS = copy.deepcopy(TASKS)
+    TASKS["default"]["OPTIONS"]["PRIORITIES"] = [int(p) for p in os.environ["TSK_PRIORITIES"].split(",")]
+
 SQLQUEUE = {
     "POLL_INTERVAL": 0.02,
     "POLL_INTERVAL_MAX": 0.1,

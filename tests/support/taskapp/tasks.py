@@ -119,3 +119,8 @@ def slow_but_unlimited(label: str, seconds: float) -> str:
     record(label)
     time.sleep(seconds)
     return "done"
+
+
+# Imported with this module (runconsumer's autodiscovery), not by a handler thread on the
+# first message: trust.py would find a module another thread is still importing and refuse.
+from tests.support.taskapp import limit_tasks as limit_tasks  # noqa: E402

@@ -1,0 +1,76 @@
+"""Rate and concurrency limits across real runconsumer processes (slow).
+
+- a task limited to 20/s, run by 3 workers: no one-second window holds more than 20
+  starts (burst 1), and every task runs once, on its first attempt;
+- a task limited to 2 at once per account, run by 3 workers with 3 handler threads each:
+  never more than 2 of one account overlap, and the limit is used (2 do overlap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from django_sqlqueue.task_models import TaskResultRecord
+from django_sqlqueue.tasks.compat import TaskResultStatus
+from tests.support.processes import ConsumerProcess
+from tests.support.task_helpers import task_settings, wait_until
+from tests.support.taskapp import limit_tasks
+from tests.support.taskapp.models import Run
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _tasks_configured() -> Iterator[None]:
+    with task_settings():
+        yield
+
+
+@pytest.fixture
+def runconsumer(runconsumer: Callable[..., ConsumerProcess]) -> Callable[..., ConsumerProcess]:
+    return lambda name, *args, **kwargs: runconsumer(
+        name, *args, settings="tests.support.taskapp.process_settings", **kwargs
+    )
+
+
+def most_in_one_second(starts: list[float]) -> int:
+    """The most starts in any window [t, t + 1 s) (t at a start: the worst window)."""
+    starts = sorted(starts)
+    return max(sum(1 for s in starts[i:] if s < t + 1.0) for i, t in enumerate(starts))
+
+
+def most_at_once(runs: list[tuple[float, float]]) -> int:
+    """The most runs in progress at once (each begins at a start: counted there)."""
+    return max(sum(1 for s2, f2 in runs if s2 <= s < f2) for s, _ in runs)
+
+
+def _all_succeeded_once(ids: list[str]) -> None:
+    records = TaskResultRecord.objects.filter(id__in=ids)
+    assert records.count() == len(ids)
+    assert {r.status for r in records} == {TaskResultStatus.SUCCESSFUL.value}
+    assert {len(r.worker_ids) for r in records} == {1}, "a wait was counted as an attempt"
+
+
+def test_a_rate_limit_holds_across_workers(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    ids = [limit_tasks.twenty_a_second.enqueue(f"r{i}").id for i in range(100)]
+    for name in ("lim-r1", "lim-r2", "lim-r3"):
+        runconsumer(name, "--group", "tasks")
+    wait_until(lambda: Run.objects.count() == 100, 60, "100 rate-limited tasks to run", 0.2)
+    starts = list(Run.objects.values_list("started", flat=True))
+    assert most_in_one_second(starts) <= 20
+    assert max(starts) - min(starts) >= 99 * 0.05 - 0.1  # spaced 1/20 s apart
+    assert len(set(Run.objects.values_list("pid", flat=True))) >= 2, "one worker ran them all"
+    _all_succeeded_once(ids)
+
+
+def test_a_concurrency_limit_holds_across_workers(runconsumer: Callable[..., ConsumerProcess]) -> None:
+    ids = [limit_tasks.two_at_a_time.enqueue(f"c{i}", "acct", 0.2).id for i in range(20)]
+    for name in ("lim-c1", "lim-c2", "lim-c3"):
+        runconsumer(name, "--group", "tasks", "--concurrency", "3")
+    wait_until(lambda: Run.objects.count() == 20, 90, "20 concurrency-limited tasks to run", 0.2)
+    runs = list(Run.objects.values_list("started", "finished"))
+    assert most_at_once(runs) == 2
+    assert len(set(Run.objects.values_list("pid", flat=True))) >= 2, "one worker ran them all"
+    _all_succeeded_once(ids)
