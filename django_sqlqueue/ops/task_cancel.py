@@ -121,15 +121,23 @@ def cancel_task(result_id: str, *, by: str = "") -> CancelOutcome:
             "writes must be visible to the workers at once (see django_sqlqueue/ops/task_cancel.py)."
         )
     rows = TaskResultRecord.objects.using(using)
+    pending = False
     for _ in range(_ROUNDS):
         record = rows.filter(id=result_id).first()
         if record is None:
             outcome = _insert_pending(result_id, by, using)
             if outcome is not None:
                 return outcome
+            pending = True
             continue  # inserted (or a row appeared meanwhile): decide over the row
         if record.status in ("SUCCESSFUL", "FAILED"):
-            return CancelOutcome.CANCELLED if is_cancelled(record.errors) else CancelOutcome.FINISHED
+            if is_cancelled(record.errors):
+                return CancelOutcome.CANCELLED
+            if pending and record.cancel_requested_at is not None:
+                # The task was running (lazily, without a row): it saw our pending row's flag
+                # and finished before this call's next look. The request reached it.
+                return CancelOutcome.REQUESTED
+            return CancelOutcome.FINISHED
         now = timezone.now()
         mine = rows.filter(id=result_id, status=record.status)
         if record.status == "RUNNING":
