@@ -71,6 +71,7 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("topics/purge/", views.purge_topic, "purge_topic"),
             ("tasks/", views.tasks, "tasks"),
             ("tasks/action/", views.task_action, "task_action"),
+            ("tasks/waiting/", views.waiting, "task_waiting"),
             ("tasks/batches/", views.batches, "task_batches"),
             ("tasks/schedules/", views.schedules, "task_schedules"),
             ("tasks/result/<path:result_id>/", views.task, "task"),

@@ -10,7 +10,7 @@ from django.http.response import Http404
 from django.utils.http import urlencode
 
 from ..exceptions import SQLQueueError
-from ..ops import OperationError, task_cancel, task_extras
+from ..ops import OperationError, task_cancel, task_extras, waiting_tasks
 from ..ops import tasks as task_ops
 from .auditing import audit_batches
 from .base import Console, audit, clip, confirmed, fail, flash, pretty, preview, require, require_action, url
@@ -165,6 +165,24 @@ class TaskPages(Console):
             audit(request, f"task {t.id}", f"{message} ({t.task_path}; outcome {outcome.name}).")
         flash(request, level, message)
         return HttpResponseRedirect(back)
+
+    def waiting(self, request: HttpRequest) -> HttpResponse:
+        """Tasks no worker started (no result row): read from the log (``ops/waiting_tasks.py``)."""
+        require(request)
+        g = request.GET
+        order = g.get("order") or "oldest"
+        page, error = None, None
+        try:
+            page = waiting_tasks.list_waiting(order=order, cursor=g.get("cursor") or None, limit=50)
+        except SQLQueueError as exc:
+            error = str(exc)
+        return self.render(
+            request,
+            "task_waiting.html",
+            {"page": page, "order": order, "qs": urlencode({"order": order}), "error": error, "sub": "waiting"},
+            tab="tasks",
+            title="Waiting tasks",
+        )
 
     def batches(self, request: HttpRequest) -> HttpResponse:
         require(request)

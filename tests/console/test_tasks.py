@@ -141,6 +141,25 @@ def test_the_pages_escape_and_bound_what_tasks_hold():
     assert viewer.get(u("tasks"), {"id": "r1"})["Location"] == u("task", "r1")
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tasks_on")
+def test_waiting_tasks_page_lists_bounds_and_refuses():
+    from tests.support.taskapp import tasks
+
+    waiting = tasks.add.enqueue("<i>" + "y" * 5000, 1)
+    viewer = Client()
+    viewer.force_login(user("viewer", "view_queue"))
+    html = viewer.get(u("task_waiting")).content.decode()
+    assert waiting.id in html and u("task", waiting.id) in html
+    assert "&lt;i&gt;" in html and "<i>y" not in html and "y" * 201 not in html  # escaped, cut
+    bad = viewer.get(u("task_waiting"), {"cursor": "tasks.default|x|1"}).content.decode()
+    assert "cursor must be" in bad and waiting.id not in bad
+    assert "order must be one of" in viewer.get(u("task_waiting"), {"order": "up"}).content.decode()
+    nobody = Client()
+    nobody.force_login(user("nobody"))
+    assert nobody.get(u("task_waiting")).status_code == 403
+
+
 def test_every_outcome_of_a_cancel_has_its_words():
     from django_sqlqueue.ops.task_cancel import CancelOutcome
 
@@ -227,7 +246,10 @@ def test_cancel_a_waiting_task_and_refusal_without_permission(page, live_server)
     assert denied.status == 403  # ... and the POST is refused
     page.context.clear_cookies()
     browser_login(page, live_server, "ops")
-    page.goto(f"{live_server.url}{u('task', waiting.id)}")
+    page.goto(f"{live_server.url}{u('tasks')}")
+    page.click("#task-nav >> text=Waiting")  # the waiting tasks, read from the log
+    assert waiting.id in page.inner_text("#waiting-tasks")
+    page.click(f"#waiting-tasks >> text={waiting.id}")
     page.click("#cancel-button")
     assert "Cancel task" in page.inner_text("#confirm-summary")
     assert not LogEntry.objects.exists()
@@ -239,6 +261,8 @@ def test_cancel_a_waiting_task_and_refusal_without_permission(page, live_server)
     assert entry.object_repr == f"task {waiting.id}" and "CANCELLED" in entry.change_message
     page.goto(f"{live_server.url}{u('tasks')}?status=CANCELLED")
     assert page.locator("#tasks tbody tr").count() == 1
+    page.goto(f"{live_server.url}{u('task_waiting')}")
+    assert waiting.id not in page.inner_text("#waiting-tasks")  # cancelled: no longer waiting
 
 
 @slow
