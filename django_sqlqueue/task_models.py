@@ -52,6 +52,8 @@ class TaskResultRecord(models.Model):
             # The console's lists (failed tasks, newest first) and pruning of finished results.
             models.Index(fields=["status", "finished_at"], name="queue_task_status_finished"),
             models.Index(fields=["task_path", "enqueued_at"], name="queue_task_path_enqueued"),
+            # The console's list of every result, newest first (keyset on enqueued_at, id).
+            models.Index(fields=["enqueued_at", "id"], name="queue_task_enqueued"),
         ]
 
     def __str__(self) -> str:
