@@ -1,9 +1,10 @@
 """Where a poll's batches run: one strategy, chosen once when the worker is built.
 
 The poller (``poller.py``) plans a poll and records its deliveries; then it hands the
-poll's batches -- each partition's messages, in offset order -- to the worker's
-:class:`Dispatch`, in one call. :func:`choose` picks the strategy from the worker's
-``--concurrency`` and its consumers' handler timeouts:
+poll's batches -- each partition's messages, in offset order (split under concurrency
+limits: "Detached batches" below) -- to the worker's :class:`Dispatch`, in one call.
+:func:`choose` picks the strategy from the worker's ``--concurrency`` and its consumers'
+handler timeouts:
 
 - :class:`Inline` -- on the poll loop's thread, one batch after the other: ``--concurrency
   1`` and no consumer of the worker with a ``timeout`` (``timeout=None``), and the
@@ -22,6 +23,18 @@ its :class:`~.threads.watchdog.Watchdog`; their threads start at :meth:`Dispatch
 Until then -- a worker driven by ``Worker.poll()`` without ``run()``, as benchmarks and
 tests do -- a threaded strategy runs its batches inline, as a worker before ``run()``
 always did.
+
+**Detached batches** (rate and concurrency limits, ``limits.py``, "Head of line"). Once a
+subscription has delivered a concurrency-limited message in this process, each
+partition's batch is split: its keyless concurrency-limited messages run after its other
+ones -- and with :class:`HandlerPool`, as a job of their own, *detached*: the poll loop may
+fetch the partition again while it runs (its messages are in flight, so they are not
+fetched twice; their order does not matter, having no key), the lease keeper still waits
+for it before giving the lease back. So an admitted task waiting on its limit's slot holds
+neither the batch's other messages nor its partition; its outcomes are written as any
+batch's, the watermark moving by compare-and-set (``db/store/acks.py``) whichever of the
+two batches ends first. Until such a message is seen, :meth:`Dispatch.split` costs one
+attribute check per batch.
 
 This module sits above ``threads/`` and ``batch/`` and imports both; nothing in them
 imports it.
@@ -44,6 +57,7 @@ from .batch.handlers import HandlerRunner
 from .batch.outcomes import Outcomes, Stats
 from .batch.progress import BatchProgress
 from .batch.runner import BatchRunner
+from .limits import Split
 from .outage import OutageReporter
 from .subscription import Subscription
 from .threads.executor import DeadThread, PartitionExecutor
@@ -84,6 +98,25 @@ class Dispatch:
         """How many partitions a poll may fetch now (None: any number)."""
         return None
 
+    def split(self, sub: Subscription, batch: list[FetchedMessage]) -> Split:
+        """One partition's batch split for running: see "Detached batches" in the module docstring."""
+        limiter = self.batches.limiter
+        if not limiter.deferring:  # no concurrency-limited delivery seen: nothing to look at
+            return Split(batch)
+        return limiter.split(sub, batch, lambda m: self.batches.received(sub, m, None))
+
+    def in_order(self, sub: Subscription, batches: Batches) -> tuple[list[FetchedMessage], Outcomes]:
+        """A poll's batches as one run, partition after partition, each :meth:`split` in
+        order; and the outcomes to start from (the hand-backs of the split)."""
+        messages: list[FetchedMessage] = []
+        outcomes = Outcomes()
+        for key in sorted(batches):
+            split = self.split(sub, batches[key])
+            messages += split.head
+            messages += split.tail
+            outcomes.postponed += split.waiting
+        return messages, outcomes
+
     @property
     def saturated(self) -> bool:
         """Whether every handler thread has a batch (the poll loop waits for one to finish)."""
@@ -109,7 +142,9 @@ class Inline(Dispatch):
         self.invoke = invoke
 
     def run(self, sub: Subscription, batches: Batches, watermarks: Mapping[int, int]) -> int:
-        messages = [m for key in sorted(batches) for m in batches[key]]
+        messages, outcomes = self.in_order(sub, batches)
+        if outcomes.postponed:
+            self.batches.complete(sub, outcomes, watermarks)
         before_batch(sub, messages)
         return self.batches.run(sub, messages, watermarks, self.invoke)
 
@@ -158,9 +193,11 @@ class _Threaded(Dispatch):
         self.executor.finished.set()
         self.watchdog.drain()
 
-    def _submit(self, sub: Subscription, partitions: tuple[int, ...], progress: BatchProgress) -> None:
+    def _submit(
+        self, sub: Subscription, partitions: tuple[int, ...], progress: BatchProgress, detached: bool = False
+    ) -> None:
         job = functools.partial(self._on_handler_thread, sub, progress)
-        self.executor.submit(sub.in_flight, partitions, job, progress)
+        self.executor.submit(sub.in_flight, partitions, job, progress, detached)
 
     def _on_handler_thread(self, sub: Subscription, progress: BatchProgress, invoke: HandlerRunner) -> int:
         """A job, on the handler thread that took it: run the batch with that thread's runner."""
@@ -184,8 +221,8 @@ class OneHandlerThread(_Threaded):
             return self.inline.run(sub, batches, watermarks)
         # This poll's batches run one after another as one job (one hand-off per poll), as
         # they would on this thread, while this thread watches their timeouts.
-        messages = [m for key in sorted(batches) for m in batches[key]]
-        self._submit(sub, tuple(sorted(batches)), BatchProgress(sub, messages, dict(watermarks), Outcomes()))
+        messages, outcomes = self.in_order(sub, batches)
+        self._submit(sub, tuple(sorted(batches)), BatchProgress(sub, messages, dict(watermarks), outcomes))
         self.watchdog.wait_idle()
         return len(messages)
 
@@ -197,7 +234,14 @@ class HandlerPool(_Threaded):
         if self.inline is not None:
             return self.inline.run(sub, batches, watermarks)
         for key in sorted(batches):
-            self._submit(sub, (key,), BatchProgress(sub, batches[key], {key: watermarks[key]}, Outcomes()))
+            split, marks = self.split(sub, batches[key]), {key: watermarks[key]}
+            outcomes = Outcomes()
+            outcomes.postponed += split.waiting  # written with the first job's outcomes
+            if split.head or not split.tail:
+                self._submit(sub, (key,), BatchProgress(sub, split.head, marks, outcomes))
+                outcomes = Outcomes()
+            if split.tail:  # detached: the partition's next batch need not wait for them
+                self._submit(sub, (key,), BatchProgress(sub, split.tail, marks, outcomes), detached=True)
         return sum(len(batch) for batch in batches.values())
 
     def slots(self) -> int | None:

@@ -229,12 +229,10 @@ class Worker:
             self.invoke.close()
             connections.close_all()
             logger.info(
-                "worker stopped subscriber=%s delivered=%d acked=%d nacked=%d dead_lettered=%d",
+                "worker stopped subscriber=%s delivered=%d acked=%d nacked=%d dead_lettered=%d postponed=%d",
                 self.name,
-                self.stats.delivered,
-                self.stats.acked,
-                self.stats.nacked,
-                self.stats.dead_lettered,
+                *(self.stats.delivered, self.stats.acked, self.stats.nacked, self.stats.dead_lettered),
+                self.stats.postponed,  # waited for a rate or concurrency limit (``limits.py``)
             )
         error = _exit_error(self.name, self.batches.interrupted, self.crashed)
         if error is not None:

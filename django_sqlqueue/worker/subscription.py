@@ -31,6 +31,7 @@ deadlock with them.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,15 +50,25 @@ class PartitionsInFlight:
 
     def __init__(self) -> None:
         self._busy: set[int] = set()
+        #: Partitions with *detached* batches on handler threads, counted: the poll loop
+        #: may fetch them, the lease keeper waits for them (``dispatch.py``).
+        self._detached: Counter[int] = Counter()
         self._cond = threading.Condition()
 
-    def add(self, partitions: tuple[int, ...]) -> None:
+    def add(self, partitions: tuple[int, ...], detached: bool = False) -> None:
         with self._cond:
-            self._busy.update(partitions)
+            if detached:
+                self._detached.update(partitions)
+            else:
+                self._busy.update(partitions)
 
-    def discard(self, partitions: tuple[int, ...]) -> None:
+    def discard(self, partitions: tuple[int, ...], detached: bool = False) -> None:
         with self._cond:
-            self._busy.difference_update(partitions)
+            if detached:
+                self._detached.subtract(partitions)
+                self._detached = +self._detached  # drops the partitions counted down to 0
+            else:
+                self._busy.difference_update(partitions)
             self._cond.notify_all()
 
     def snapshot(self) -> frozenset[int]:
@@ -69,7 +80,8 @@ class PartitionsInFlight:
         wanted = None if partitions is None else set(partitions)
 
         def idle() -> bool:
-            return not (self._busy if wanted is None else self._busy & wanted)
+            busy = self._busy | self._detached.keys()
+            return not (busy if wanted is None else busy & wanted)
 
         with self._cond:
             return self._cond.wait_for(idle, timeout=timeout)

@@ -3,7 +3,9 @@
 - a task limited to 20/s, run by 3 workers: no one-second window holds more than 20
   starts (burst 1), and every task runs once, on its first attempt;
 - a task limited to 2 at once per account, run by 3 workers with 3 handler threads each:
-  never more than 2 of one account overlap, and the limit is used (2 do overlap).
+  never more than 2 of one account overlap, and the limit is used (2 do overlap);
+- in one partition (so in one batch), a running concurrency-limited task holds up neither
+  the batch's other tasks nor the partition's next ones (it runs as a detached batch).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from django.db import transaction
 
 from django_sqlqueue.task_models import TaskResultRecord
 from django_sqlqueue.tasks.compat import TaskResultStatus
@@ -31,7 +34,7 @@ def _tasks_configured() -> Iterator[None]:
 @pytest.fixture
 def runconsumer(runconsumer: Callable[..., ConsumerProcess]) -> Callable[..., ConsumerProcess]:
     return lambda name, *args, **kwargs: runconsumer(
-        name, *args, settings="tests.support.taskapp.process_settings", **kwargs
+        name, *args, **{"settings": "tests.support.taskapp.process_settings", **kwargs}
     )
 
 
@@ -74,3 +77,30 @@ def test_a_concurrency_limit_holds_across_workers(runconsumer: Callable[..., Con
     assert most_at_once(runs) == 2
     assert len(set(Run.objects.values_list("pid", flat=True))) >= 2, "one worker ran them all"
     _all_succeeded_once(ids)
+
+
+def test_a_running_limited_task_holds_up_neither_its_batch_nor_its_partition(
+    runconsumer: Callable[..., ConsumerProcess],
+) -> None:
+    with task_settings(PARTITIONS=1):
+        runconsumer(
+            "lim-hol", "--group", "tasks", "--concurrency", "2", settings="tests.support.taskapp.one_partition_settings"
+        )
+        # A worker splits batches once it has met a concurrency-limited task (worker/limits.py).
+        ids = [limit_tasks.two_at_a_time.enqueue("warm", "acct0", 0).id]
+        wait_until(lambda: Run.objects.filter(label="warm").exists(), 30, "the first limited task", 0.1)
+        # One batch: the limited task first, then 5 others.
+        with transaction.atomic():
+            hot = limit_tasks.two_at_a_time.enqueue("hot", "acct", 4.0).id
+            ids += [limit_tasks.unlimited.enqueue(f"u{i}", f"other{i}", 0).id for i in range(5)]
+        wait_until(lambda: Run.objects.filter(label__startswith="u").count() == 5, 30, "the batch's other tasks", 0.1)
+        # The partition is polled again while the limited task still runs: later tasks too.
+        ids += [limit_tasks.unlimited.enqueue(f"v{i}", f"other{i}", 0).id for i in range(3)]
+        wait_until(
+            lambda: Run.objects.filter(label__startswith="v").count() == 3, 30, "the partition's next tasks", 0.1
+        )
+        assert not Run.objects.filter(label="hot").exists(), "the others waited for the limited task"
+        wait_until(lambda: Run.objects.filter(label="hot").exists(), 30, "the limited task", 0.1)
+    hot_run = Run.objects.get(label="hot")
+    assert max(Run.objects.exclude(label="hot").values_list("finished", flat=True)) < hot_run.finished
+    _all_succeeded_once([hot, *ids])

@@ -4,6 +4,9 @@ attempt; a slot is held while the handler runs; a plain consumer pays nothing.""
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -13,7 +16,7 @@ from django_sqlqueue.consumers import registry
 from django_sqlqueue.rules.rates import Limits, parse_rate
 from django_sqlqueue.task_models import ConcurrencySlot
 from django_sqlqueue.worker.batch.handlers import HandlerRunner
-from django_sqlqueue.worker.limits import CONCURRENCY_RECHECK
+from django_sqlqueue.worker.limits import CONCURRENCY_RECHECK, FULL_FOR, WAIT_IN_PROCESS
 from tests.support.engine_helpers import SCHEDULED, db_now, delivery_rows, row, store, watermark
 
 from .batch.helpers import leased_batch
@@ -87,11 +90,33 @@ def test_a_full_key_waits_and_other_keys_run() -> None:
     assert stats.postponed == 2
     waiting = [(r.message_offset, r.status, r.retry_count) for r in delivery_rows("g", TOPIC) if not r.acked]
     assert waiting == [(1, SCHEDULED, 0), (3, SCHEDULED, 0)]
-    # Due again after a short recheck delay (when a slot frees is unknown).
-    for offset in (1, 3):
-        due_in = (row("g", TOPIC, 0, offset).invisible_until - db_now()).total_seconds()
-        assert 0 < due_in <= 1.5 * CONCURRENCY_RECHECK
+    # Due again in this process's queue of returns for the limit: the first soon (FULL_FOR),
+    # the next one spacing later (a run's assumed length / n, no run timed yet), +-10% jitter.
+    due = [(row("g", TOPIC, 0, offset).invisible_until - db_now()).total_seconds() for offset in (1, 3)]
+    assert 0 < due[0] <= 1.1 * FULL_FOR + 0.02
+    assert 0.9 * (FULL_FOR + CONCURRENCY_RECHECK) - 0.05 <= due[1] <= 1.1 * (FULL_FOR + CONCURRENCY_RECHECK)
     assert row("g", TOPIC, 0, 2).acked and row("g", TOPIC, 0, 4).acked
+
+
+def test_a_rate_refusal_due_within_a_tenth_of_a_second_waits_in_process() -> None:
+    started: list[float] = []
+    runner, sub, fetched, stats = leased_batch(TOPIC, lambda m: started.append(time.monotonic()), 3, rate_limit="20/s")
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    # Not handed back (the next admission was 50 ms away): waited for in the handler
+    # thread, so each admission is taken when it comes, none lost to a poll's delay.
+    assert (stats.acked, stats.postponed) == (3, 0)
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert all(0.04 <= gap < 0.05 + WAIT_IN_PROCESS for gap in gaps), gaps
+
+
+def test_a_rate_refusal_due_later_than_that_is_handed_back() -> None:
+    runner, sub, fetched, stats = leased_batch(TOPIC, print, 2, rate_limit="5/s")  # 200 ms apart
+    began = time.monotonic()
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    assert (stats.acked, stats.postponed) == (1, 1)
+    assert time.monotonic() - began < 0.15  # not waited for
+    due_in = (row("g", TOPIC, 0, 2).invisible_until - db_now()).total_seconds()
+    assert 0.05 < due_in <= 0.2
 
 
 @pytest.mark.parametrize("atomic", [True, "batch"])
@@ -116,3 +141,11 @@ def test_a_bad_consumer_rate_limit_is_refused_with_the_consumer_named() -> None:
 
     assert ("g", "limits.bad") not in {(s.group, s.topic) for s in registry.all()}
     assert parse_rate("30/10s").interval == pytest.approx(1 / 3)
+
+
+def test_refusals_of_a_rate_come_back_one_interval_apart_in_a_queue_that_outlives_them() -> None:
+    runner, sub, fetched, stats = leased_batch(TOPIC, print, 4, rate_limit="1/m")
+    runner.run(sub, fetched, {0: 0}, HandlerRunner())
+    assert (stats.acked, stats.postponed) == (1, 3)
+    due = [(row("g", TOPIC, 0, offset).invisible_until - db_now()).total_seconds() for offset in (2, 3, 4)]
+    assert [round(d / 60) for d in due] == [1, 2, 3]  # the next admissions, one each

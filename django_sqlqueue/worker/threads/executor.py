@@ -80,6 +80,8 @@ class Job:
     run: BatchJob
     #: Shared with the watchdog (None: the batch is not timed).
     progress: BatchProgress | None = None
+    #: A detached batch: its partitions stay pollable while it runs (``PartitionsInFlight``).
+    detached: bool = False
     #: The thread running it (None: queued).
     thread: threading.Thread | None = None
     #: Finished or abandoned (set once, under the executor's lock).
@@ -163,14 +165,16 @@ class PartitionExecutor:
         partitions: int | tuple[int, ...],
         job: BatchJob,
         progress: BatchProgress | None = None,
+        detached: bool = False,
     ) -> None:
-        """Run ``job`` on a handler thread; its ``partitions`` are busy until it returns (or is abandoned)."""
+        """Run ``job`` on a handler thread; its ``partitions`` are busy until it returns (or is
+        abandoned) -- ``detached``: only for the lease keeper, not for the poll loop."""
         if isinstance(partitions, int):
             partitions = (partitions,)
-        in_flight.add(partitions)
+        in_flight.add(partitions, detached)
         with self._lock:
             self._running += 1
-        self._jobs.put(Job(in_flight, partitions, job, progress))
+        self._jobs.put(Job(in_flight, partitions, job, progress, detached=detached))
 
     def running(self) -> list[Job]:
         """The jobs a handler thread is running now."""
@@ -200,7 +204,7 @@ class PartitionExecutor:
             self._running -= 1
             self._changed.notify_all()
             self._start_thread()
-        job.in_flight.discard(job.partitions)
+        job.in_flight.discard(job.partitions, job.detached)
         self.finished.set()
         return True
 
@@ -273,7 +277,7 @@ class PartitionExecutor:
                         self._running -= 1
                         self._changed.notify_all()
                 if not abandoned:
-                    job.in_flight.discard(job.partitions)
+                    job.in_flight.discard(job.partitions, job.detached)
                 self.finished.set()
             if abandoned:
                 logger.info("an abandoned handler thread's handler returned; the thread exits thread=%s", me.name)
