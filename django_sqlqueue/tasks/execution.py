@@ -87,6 +87,8 @@ class TaskHandler:
         #: Batch members are counted by the transaction that acks or dead-letters them, not
         #: here: a redelivered member that finished already counts with its ack (batches.py).
         self.settlement = BatchSettlement()
+        #: This thread's last delivery and its task (``task_of``).
+        self._resolved = threading.local()
 
     #: Called by the worker before a fetched batch runs (``worker/dispatch.py``): notes which
     #: tasks have a result row already, so a cancelled one is not run (``precheck.py``).
@@ -97,10 +99,22 @@ class TaskHandler:
 
         return task_backends[self.alias]  # type: ignore[return-value]
 
-    def task_of(self, message: ReceivedMessage) -> Task:
+    def task_of(self, message: ReceivedMessage, backend: SQLQueueBackend | None = None) -> Task:
         """The task the message names, if this backend runs it; else raise ``UntrustedTask``
-        saying why (the rule: ``trust.py``)."""
-        return message_task(self.alias, self.backend().topics(), message.topic, message.payload)
+        saying why (the rule: ``trust.py``).
+
+        Resolved once per delivery: the worker asks for the same ``ReceivedMessage`` up to
+        four times (its limits, its timeout for the limiter and for the watchdog, the run),
+        so this thread's last answer is kept for that object. A new delivery -- a retry too
+        -- is a new object, resolved again. A refusal is not kept (it is raised every time).
+        """
+        last = getattr(self._resolved, "last", None)
+        if last is not None and last[0] is message:
+            return last[1]
+        topics = (backend or self.backend()).topics()
+        task = message_task(self.alias, topics, message.topic, message.payload)
+        self._resolved.last = (message, task)
+        return task
 
     def _task_or_none(self, payload: Any, topic: str | None = None) -> Task | None:
         """The task of a message that ran already (for a signal), or None. Without
@@ -213,18 +227,18 @@ class TaskHandler:
             return None
         return entry[2] or False
 
-    def _begin(self, message: ReceivedMessage, *, lazy: bool = False) -> Any:
+    def _begin(self, message: ReceivedMessage, *, lazy: bool = False, backend: SQLQueueBackend | None = None) -> Any:
         payload = message.payload
         # The row's queue is the topic's (task_of checked that a queue_name in the payload
         # says the same; a message written without one, by a backfill, gets it here).
-        queue = queue_of_topic(self.backend().topics(), message.topic)
+        queue = queue_of_topic((backend or self.backend()).topics(), message.topic)
         if queue is not None and payload.get("queue_name") != queue:
             payload = {**payload, "queue_name": queue}
         # A task retried from its dead letter carries its TaskResult id (tasks/replay.py).
         result_id = payload.get("result_id") or message.id
         replayed = result_id != message.id
         return results.begin(
-            backend_alias=self.backend().alias,
+            backend_alias=self.alias,
             result_id=result_id,
             payload=payload,
             topic=message.topic,
@@ -240,7 +254,7 @@ class TaskHandler:
         backend = self.backend()
         payload = message.payload
         try:
-            task = self.task_of(message)
+            task = self.task_of(message, backend)
         except UntrustedTask as exc:
             # Dead-lettered at once (a Reject). In an atomic consumer's transaction the row is
             # written after its rollback (rolled_back), not here.
@@ -262,7 +276,7 @@ class TaskHandler:
         mark_after = backend.sqlqueue.mark_running_after
         # A task with a row (cancelled?) takes the locked path of begin (tasks/precheck.py).
         lazy = not atomic and mark_after > 0 and not may_have_row(result_id)
-        record = begun if begun is not None else self._begin(message, lazy=lazy)
+        record = begun if begun is not None else self._begin(message, lazy=lazy, backend=backend)
         if record is None:
             logger.info("task already finished, not run again id=%s task=%s", message.id, payload["task"])
             return

@@ -2,9 +2,10 @@
 
 :func:`check_batch`, called once per fetched batch of task messages before any of them
 runs (``TaskHandler.before_batch``, called by ``worker/dispatch.py``), finds which of the
-batch's tasks have a result row already -- one ``SELECT id ... WHERE id IN (...)`` per
-batch, the whole cost of cancelling for a plain task. :func:`may_have_row` then tells the
-handler whether a first attempt may run with its row written lazily (no row:
+batch's tasks have a result row already -- one plain ``SELECT id, status ... WHERE id IN
+(...)`` per batch (``db/store/task_batches.result_statuses``, not an ORM query), the
+whole cost of cancelling for a plain task. :func:`may_have_row` then tells the handler
+whether a first attempt may run with its row written lazily (no row:
 ``tasks/marks.py``) or must take the locked path of ``results.begin``, which does not run a
 task whose row is finished (cancelled). Why a cancel that comes after the check is still
 decided one way: ``ops/task_cancel.py``'s docstring.
@@ -19,7 +20,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connections
+
 from ..conf import get_settings
+from ..db.store.task_batches import result_statuses
 from ..task_models import TaskResultRecord
 
 logger = logging.getLogger(__name__)
@@ -46,11 +50,12 @@ def check_batch(messages: Sequence[Any]) -> None:
     _checked.batch = None
     if not ids:
         return
-    rows = TaskResultRecord.objects.using(get_settings().DATABASE)
     try:
         found: set[str] = set()
-        for start in range(0, len(ids), CHECK_CHUNK):
-            found.update(rows.filter(id__in=ids[start : start + CHECK_CHUNK]).values_list("id", flat=True))
+        # One plain statement per chunk, not the ORM's: it runs for every fetched batch.
+        with connections[get_settings().DATABASE].cursor() as cursor:
+            for start in range(0, len(ids), CHECK_CHUNK):
+                found.update(result_statuses(cursor, ids[start : start + CHECK_CHUNK]))
     except Exception:  # each task is asked on its own instead
         logger.warning("could not check a batch's tasks for result rows; checking each", exc_info=True)
         return

@@ -25,6 +25,14 @@ A message the rule refuses raises :class:`UntrustedTask`, a ``Reject``: the work
 dead-letters it at once (no retry) with the reason, never runs it, and records its
 result row FAILED with that error (``execution.py``). ``get_result()`` of such a task
 raises it too: a ``TaskResult`` needs the ``Task``, which is not looked up.
+
+**Remembered answers.** Every task message asks the rule, so a ``Task`` it returned is
+kept per (alias, path, queue, queues) and given again while the module's namespace still
+holds the same object under that name (re-checked each time: no statement, a dict
+look-up) -- the other steps depend only on those inputs. A module being imported (its
+spec ``_initializing``) goes the whole way. Refusals are not kept (a hostile path costs
+what it cost), and the answers are dropped when ``TASKS``, ``SQLQUEUE`` or
+``INSTALLED_APPS`` change (``setting_changed``: tests), or past :data:`MAX_REMEMBERED`.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.apps import apps
+from django.core.signals import setting_changed
 
 from ..exceptions import Reject
 from .compat import Task
@@ -42,6 +51,21 @@ from .priorities import DEFAULT_PRIORITY, split_level
 
 #: Longest task path (the ``task_path`` column of ``queue_task_results``).
 MAX_PATH_LENGTH = 255
+#: Answers of :func:`trusted_task` kept at most (then all are dropped and found again).
+MAX_REMEMBERED = 1024
+
+#: (alias, path, queue name, queues) -> (the object the module held, the ``Task`` returned).
+#: Plain dict operations only: safe to share between handler threads (a lost race finds
+#: the same answer twice).
+_remembered: dict[tuple[str, str, str, frozenset[str]], tuple[Any, Task]] = {}
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("TASKS", "SQLQUEUE", "INSTALLED_APPS"):
+        _remembered.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="django_sqlqueue.tasks.trust")
 
 
 class UntrustedTask(Reject):
@@ -95,8 +119,29 @@ def trusted_task(path: Any, *, alias: str, queues: Collection[str], queue_name: 
     module docstring); raise :class:`UntrustedTask` saying why not."""
     if not isinstance(path, str):
         raise _refused(path, alias, f"a task path is a string, not a {type(path).__name__}")
+    key = (alias, path, queue_name, frozenset(queues))
+    known = _remembered.get(key)
+    if known is not None:
+        module_name, _, name = path.rpartition(".")
+        module = sys.modules.get(module_name)
+        # The same object under the same name of a module done importing: the same answer.
+        if (
+            module is not None
+            and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+            and getattr(module, "__dict__", {}).get(name) is known[0]
+        ):
+            return known[1]
+    found, task = _trusted_task(path, alias=alias, queues=queues, queue_name=queue_name)
+    if len(_remembered) >= MAX_REMEMBERED:
+        _remembered.clear()
+    _remembered[key] = (found, task)
+    return task
+
+
+def _trusted_task(path: str, *, alias: str, queues: Collection[str], queue_name: str) -> tuple[Task, Task]:
+    """The rule itself: (the ``Task`` the module holds at ``path``, the one to run)."""
     parts = path.split(".")
-    if len(path) > MAX_PATH_LENGTH or len(parts) < 2 or not all(part.isidentifier() for part in parts):
+    if len(path) > MAX_PATH_LENGTH or len(parts) < 2 or not all(map(str.isidentifier, parts)):
         raise _refused(path, alias, f"not a dotted path of Python names of at most {MAX_PATH_LENGTH} characters")
     if queue_name not in queues:
         raise _refused(path, alias, f"queue {queue_name!r} is not one of its QUEUES ({', '.join(sorted(queues))})")
@@ -110,9 +155,9 @@ def trusted_task(path: Any, *, alias: str, queues: Collection[str], queue_name: 
     if obj.backend != alias:
         raise _refused(path, alias, f"it is declared for backend {obj.backend!r}")
     if obj.queue_name == queue_name:
-        return obj
+        return obj, obj
     try:
-        return obj.using(queue_name=queue_name)
+        return obj, obj.using(queue_name=queue_name)
     except Exception as exc:  # the backend's validate_task: what enqueue() would refuse too
         raise _refused(path, alias, f"not on queue {queue_name!r}: {type(exc).__name__}: {exc}") from exc
 
@@ -120,12 +165,16 @@ def trusted_task(path: Any, *, alias: str, queues: Collection[str], queue_name: 
 def queue_of_topic(topics: Mapping[str, str], topic: str) -> str | None:
     """The queue whose topic, or one of whose priority levels' topics, is ``topic``
     (``topics``: queue name -> topic; ``priorities.py``), or None."""
-    found = next((name for name, queue_topic in topics.items() if queue_topic == topic), None)
-    if found is None:
-        base, level = split_level(topic)
-        if level != DEFAULT_PRIORITY:
-            found = next((name for name, queue_topic in topics.items() if queue_topic == base), None)
-    return found
+    # Loops, not generators: asked for every task message.
+    for name, queue_topic in topics.items():
+        if queue_topic == topic:
+            return name
+    base, level = split_level(topic)
+    if level != DEFAULT_PRIORITY:
+        for name, queue_topic in topics.items():
+            if queue_topic == base:
+                return name
+    return None
 
 
 def message_task(alias: str, topics: Mapping[str, str], topic: str, payload: Any) -> Task:

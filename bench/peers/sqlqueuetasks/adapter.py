@@ -15,7 +15,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "sqlqueuetasks"
 LABEL = "django-sqlqueue tasks backend"
-DB = "bench_sqlqueuetasks"
+DB = os.environ.get("BENCH_SQLQUEUETASKS_DB", "bench_sqlqueuetasks")  # a private one: bench_<tag>
 PACKAGES = ["Django", "django-tasks", "mysqlclient"]
 
 _task = None
