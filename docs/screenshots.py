@@ -16,9 +16,10 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 from django.utils import timezone
 
-from django_sqlqueue.models import PartitionLease
+from django_sqlqueue.models import Message, Partition, PartitionLease
 from django_sqlqueue.task_models import TaskResultRecord
 from tests.support.console_scene import SETTINGS, build
+from tests.support.taskapp.settings_common import TASKS
 
 DOCS = Path(__file__).resolve().parent
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -29,11 +30,12 @@ def test_screenshots(live_server, monkeypatch):
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with override_settings(SQLQUEUE=SETTINGS):
+    with override_settings(SQLQUEUE=SETTINGS, TASKS=TASKS):
         build()
         PartitionLease.objects.filter(partition=1).update(lease_renewed_at=timezone.now() - dt.timedelta(minutes=3))
         User.objects.create_superuser("ops", "ops@example.com", "pw")
         task_results()
+        waiting_tasks()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             for scheme, width, suffix in (("light", 1280, ""), ("dark", 390, "-dark-narrow")):
@@ -48,6 +50,7 @@ def test_screenshots(live_server, monkeypatch):
                     "group": "/groups/billing/orders/",
                     "deadletters": "/deadletters/",
                     "tasks": "/tasks/",
+                    "tasks-waiting": "/tasks/waiting/",
                 }
                 for name, path in shots.items():
                     if suffix and name != "overview":
@@ -84,4 +87,28 @@ def task_results() -> None:
             finished_at=at + dt.timedelta(seconds=2) if status in ("SUCCESSFUL", "FAILED") else None,
             errors=[{"exception_class_path": e, "traceback": f"Traceback ...\n{e}: declined"} for e in errors],
             worker_ids=["web-1:4242"] * max(1, len(errors)),
+        )
+
+
+def waiting_tasks() -> None:
+    """A few task messages no worker started, for the Tasks tab's Waiting page (one not
+    sequenced yet, one with a ``run_after`` an hour away)."""
+    now = timezone.now()
+    Partition.objects.create(topic="tasks.default", partition=0, head_offset=2, created_at=now)
+    waiting = [
+        ("shop.tasks.send_receipt", [1045], 1, now),
+        ("shop.tasks.charge_card", [1046], 2, now),
+        ("shop.tasks.send_receipt", [1047], None, now + dt.timedelta(hours=1)),
+    ]
+    for n, (path, args, offset, deliver_at) in enumerate(waiting):
+        Message.objects.create(
+            topic="tasks.default",
+            partition=0,
+            offset=offset,
+            id=f"9b3e5d10-0000-4000-8000-00000000000{n}",
+            payload={"task": path, "args": args, "kwargs": {"currency": "EUR"}, "queue_name": "default"},
+            metadata={"task": path},
+            deliver_at=deliver_at,
+            created_at=now - dt.timedelta(minutes=3 - n),
+            published_at=now - dt.timedelta(minutes=3 - n),
         )

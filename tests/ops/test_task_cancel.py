@@ -4,7 +4,6 @@ concurrent connections. Cancels against a running Worker: tests/tasks/test_cance
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from django_sqlqueue.rules import dlq
 from django_sqlqueue.task_models import TaskResultRecord
 from django_sqlqueue.tasks import results
 from django_sqlqueue.tasks.compat import task_backends
-from tests.support.task_helpers import task_settings
+from tests.support.task_helpers import delivery_row, task_settings
 from tests.support.taskapp import tasks
 from tests.support.taskapp.settings_common import TASKS
 
@@ -45,20 +44,6 @@ def enqueued(*args: Any) -> str:
     result = tasks.add.enqueue(*args or (1, 2))
     Message.objects.filter(id=result.id).update(offset=next(_offsets))
     return result.id
-
-
-def delivery(result_id: str, status: int, *, acked: bool = False) -> None:
-    """The delivery row the worker's fetch writes (``store.mark_delivered``)."""
-    m = Message.objects.get(id=result_id)
-    DeliveryState.objects.create(
-        consumer_group="tasks",
-        topic=m.topic,
-        partition=m.partition,
-        message_offset=m.offset,
-        acked=acked,
-        invisible_until=timezone.now() + dt.timedelta(seconds=30),
-        status=status,
-    )
 
 
 def row(result_id: str, status: str, **fields: Any) -> TaskResultRecord:
@@ -95,13 +80,13 @@ def test_a_waiting_task_is_cancelled_with_a_full_row() -> None:
 @pytest.mark.parametrize("status", [SCHEDULED, RETRY])
 def test_a_parked_or_handed_back_delivery_is_cancelled(status: int) -> None:
     rid = enqueued()
-    delivery(rid, status)
+    delivery_row(rid, status)
     assert cancel_task(rid) is CancelOutcome.CANCELLED
 
 
 def test_a_message_a_worker_holds_is_requested_not_cancelled() -> None:
     rid = enqueued()
-    delivery(rid, IN_FLIGHT)
+    delivery_row(rid, IN_FLIGHT)
     assert cancel_task(rid, by="bob") is CancelOutcome.REQUESTED
     r = TaskResultRecord.objects.get(id=rid)
     assert r.status == "RUNNING" and r.cancel_requested_at is not None and r.started_at is not None
@@ -122,7 +107,7 @@ def test_a_task_waiting_for_its_retry_is_cancelled_keeping_its_errors() -> None:
     rid = enqueued()
     earlier = {"exception_class_path": "builtins.ValueError", "traceback": "boom"}
     row(rid, "READY", errors=[earlier], worker_ids=["w:1"])
-    delivery(rid, RETRY)
+    delivery_row(rid, RETRY)
     assert cancel_task(rid) is CancelOutcome.CANCELLED
     r = TaskResultRecord.objects.get(id=rid)
     assert r.status == "FAILED" and [e["exception_class_path"] for e in r.errors] == [
@@ -142,7 +127,7 @@ def test_a_finished_task_is_left_alone(status: str) -> None:
 
 def test_an_acked_message_without_a_row_is_finished_and_nothing_is_written() -> None:
     rid = enqueued()
-    delivery(rid, IN_FLIGHT, acked=True)  # its row was pruned
+    delivery_row(rid, IN_FLIGHT, acked=True)  # its row was pruned
     assert cancel_task(rid) is CancelOutcome.FINISHED
     assert not TaskResultRecord.objects.exists()
 
@@ -206,7 +191,7 @@ def test_a_cancel_racing_a_workers_locked_begin_ends_one_way() -> None:
     for i in range(15):
         rid = enqueued()
         row(rid, "READY", errors=[{"exception_class_path": "builtins.ValueError", "traceback": "x"}])
-        delivery(rid, RETRY)
+        delivery_row(rid, RETRY)
         m = Message.objects.get(id=rid)
 
         def begin(rid: str = rid, m: Message = m) -> Any:

@@ -19,7 +19,7 @@ from django_sqlqueue.ops import OperationError
 from django_sqlqueue.ops.task_cancel import CancelOutcome, cancel_task
 from django_sqlqueue.ops.waiting_tasks import SCAN_FACTOR, list_waiting, task_topics
 from django_sqlqueue.task_models import TaskResultRecord
-from tests.support.task_helpers import task_settings
+from tests.support.task_helpers import delivery_row, task_settings
 from tests.support.taskapp import tasks
 from tests.support.taskapp.settings_common import TASKS
 
@@ -52,19 +52,6 @@ def all_pages(order: str, limit: int) -> list[str]:
         if cursor is None:
             return seen
     raise AssertionError("pages never ended")
-
-
-def delivery(result_id: str, status: int, *, acked: bool = False) -> None:
-    m = Message.objects.get(id=result_id)
-    DeliveryState.objects.create(
-        consumer_group="tasks",
-        topic=m.topic,
-        partition=m.partition,
-        message_offset=m.offset,
-        acked=acked,
-        invisible_until=timezone.now() + dt.timedelta(seconds=30),
-        status=status,
-    )
 
 
 def row(result_id: str, status: str, started: bool = True) -> None:
@@ -121,9 +108,9 @@ def test_started_finished_held_acked_and_cancelled_tasks_are_not_listed() -> Non
     row(rid["done"], "SUCCESSFUL")
     row(rid["pending"], "READY", started=False)
     TaskResultRecord.objects.filter(id=rid["pending"]).update(cancel_requested_at=timezone.now())
-    delivery(rid["held"], DeliveryState.Status.IN_FLIGHT)  # a first attempt: its row is written lazily
-    delivery(rid["acked"], DeliveryState.Status.IN_FLIGHT, acked=True)  # acked out of order, row pruned
-    delivery(rid["parked"], DeliveryState.Status.SCHEDULED)  # handed back: waits again
+    delivery_row(rid["held"], DeliveryState.Status.IN_FLIGHT)  # a first attempt: its row is written lazily
+    delivery_row(rid["acked"], DeliveryState.Status.IN_FLIGHT, acked=True)  # acked out of order, row pruned
+    delivery_row(rid["parked"], DeliveryState.Status.SCHEDULED)  # handed back: waits again
     m = Message.objects.get(id=rid["below"])
     offsets = Message.objects.filter(topic=m.topic, partition=m.partition).values_list("offset", flat=True)
     assert m.offset == min(offsets)

@@ -122,3 +122,24 @@ def result_statements(delivery: Any) -> list[str]:
     with connection.execute_wrapper(spy):
         handler(delivery)
     return [s for s in statements if "queue_task_results" in s]
+
+
+def delivery_row(result_id: str, status: int, *, acked: bool = False) -> None:
+    """The ``tasks`` group's delivery row of task ``result_id``, as the worker's fetch writes
+    it (``store.mark_delivered``): in flight, retrying or handed back; ``acked`` out of order."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_sqlqueue.models import DeliveryState, Message
+
+    m = Message.objects.get(id=result_id)
+    DeliveryState.objects.create(
+        consumer_group="tasks",
+        topic=m.topic,
+        partition=m.partition,
+        message_offset=m.offset,
+        acked=acked,
+        invisible_until=timezone.now() + dt.timedelta(seconds=30),
+        status=status,
+    )
