@@ -54,6 +54,9 @@ DEFAULT_RETENTION = 0.0
 #: Seconds the per-hour message counters (``queue_topic_hours``, the report's "messages per
 #: hour") are kept after their hour; garbage collection deletes older ones.
 DEFAULT_STATS_RETENTION = 30 * 24 * 3600.0
+#: Seconds the console's per-minute history (``queue_history``: published, handled, failed,
+#: retried, dead-lettered and lag per group and topic) is kept; 0 turns the history off.
+DEFAULT_HISTORY_RETENTION = 7 * 24 * 3600.0
 #: Seconds between garbage-collection passes of a worker.
 DEFAULT_GC_INTERVAL = 60.0
 #: Partitions of a topic not listed in ``TOPICS``. Keys are hashed to them.
@@ -94,6 +97,7 @@ class QueueSettings:
     RETENTION: float = DEFAULT_RETENTION
     GC_INTERVAL: float = DEFAULT_GC_INTERVAL
     STATS_RETENTION: float = DEFAULT_STATS_RETENTION
+    HISTORY_RETENTION: float = DEFAULT_HISTORY_RETENTION
     PARTITIONS: int = DEFAULT_PARTITIONS
     OUTAGE_REPORT_INTERVAL: float = DEFAULT_OUTAGE_REPORT_INTERVAL
     #: PostgreSQL: publishes NOTIFY their topic's channel and each worker LISTENs on one
@@ -147,7 +151,7 @@ _DURATIONS = (
     "STATS_RETENTION",
 )
 #: Every key whose value is a number of seconds.
-DURATION_KEYS = (*_DURATIONS, "RETENTION")
+DURATION_KEYS = (*_DURATIONS, "RETENTION", "HISTORY_RETENTION")
 _POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES", "PARTITIONS")
 
 
@@ -218,14 +222,15 @@ def validate(raw: Any) -> list[Problem]:
                     f"SQLQUEUE['DATABASE'] is {alias!r}, which is not a key of settings.DATABASES.",
                 )
             )
-    if "RETENTION" in raw and not _is_seconds(raw["RETENTION"], zero=True):
-        problems.append(
-            Problem(
-                "sqlqueue.E003",
-                f"SQLQUEUE['RETENTION'] must be a number of seconds >= 0 (at most {MAX_SECONDS}, 100 years), "
-                f"got {raw['RETENTION']!r}.",
+    for key in ("RETENTION", "HISTORY_RETENTION"):
+        if key in raw and not _is_seconds(raw[key], zero=True):
+            problems.append(
+                Problem(
+                    "sqlqueue.E003",
+                    f"SQLQUEUE[{key!r}] must be a number of seconds >= 0 (at most {MAX_SECONDS}, 100 years), "
+                    f"got {raw[key]!r}.",
+                )
             )
-        )
     for low_key, high_key in (("POLL_INTERVAL", "POLL_INTERVAL_MAX"), ("BACKOFF_MIN", "BACKOFF_MAX")):
         low = raw.get(low_key, getattr(QueueSettings, low_key))
         high = raw.get(high_key, getattr(QueueSettings, high_key))

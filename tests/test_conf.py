@@ -41,6 +41,8 @@ def test_override_is_picked_up_and_durations_are_floats():
         ({"VISIBILITY_TIMEOUT": "30"}, "sqlqueue.E003"),
         ({"STATS_RETENTION": 0}, "sqlqueue.E003"),
         ({"STATS_RETENTION": None}, "sqlqueue.E003"),
+        ({"HISTORY_RETENTION": -1}, "sqlqueue.E003"),
+        ({"HISTORY_RETENTION": "7d"}, "sqlqueue.E003"),
         ({"MAX_ATTEMPTS": 0}, "sqlqueue.E004"),
         ({"BATCH_SIZE": 2.5}, "sqlqueue.E004"),
         ({"MAX_PAYLOAD_BYTES": True}, "sqlqueue.E004"),

@@ -21,6 +21,7 @@ from .base import NotFound, OperationError
 from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
 from .health import Health, Thresholds, check_health, configured_thresholds, dead_letter_cap, overview_problems
+from .history import Point, Series, Summary, group_history, histories, summarize
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, consumer_atomic, overview
@@ -39,8 +40,11 @@ __all__ = [
     "NotFound",
     "OperationError",
     "Overview",
+    "Point",
     "Repartition",
     "SeekPlan",
+    "Series",
+    "Summary",
     "Thresholds",
     "TopicInfo",
     "TopicPurge",
@@ -53,7 +57,9 @@ __all__ = [
     "drop_group",
     "get_dead_letter",
     "get_message",
+    "group_history",
     "group_offsets",
+    "histories",
     "list_dead_letters",
     "list_deliveries",
     "list_groups",
@@ -76,4 +82,5 @@ __all__ = [
     "replay_matching",
     "resume",
     "seek",
+    "summarize",
 ]

@@ -14,7 +14,8 @@ def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = 
     A message goes only when it is at or below the lowest watermark of every group that
     consumes its topic and, with ``SQLQUEUE["RETENTION"]``, older than that many seconds.
     The per-hour counters (``queue_topic_hours``) of hours older than
-    ``SQLQUEUE["STATS_RETENTION"]`` go too (every topic's, whatever ``topics`` says).
+    ``SQLQUEUE["STATS_RETENTION"]`` go too (every topic's, whatever ``topics`` says), and
+    the console's history minutes older than ``SQLQUEUE["HISTORY_RETENTION"]``.
     """
     conf = get_settings()
     store = QueueStore(using or conf.DATABASE)
@@ -26,6 +27,11 @@ def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = 
 
 
 def prune_stats(*, using: str | None = None) -> int:
-    """Delete the per-hour counters older than ``SQLQUEUE["STATS_RETENTION"]``; return rows deleted."""
+    """Delete the per-hour counters older than ``SQLQUEUE["STATS_RETENTION"]`` and the history
+    minutes older than ``SQLQUEUE["HISTORY_RETENTION"]``; return rows deleted."""
     conf = get_settings()
-    return QueueStore(using or conf.DATABASE).prune_topic_hours(conf.STATS_RETENTION)
+    store = QueueStore(using or conf.DATABASE)
+    pruned = store.prune_topic_hours(conf.STATS_RETENTION)
+    if conf.HISTORY_RETENTION > 0:
+        pruned += store.prune_history(conf.HISTORY_RETENTION)
+    return pruned

@@ -8,6 +8,7 @@ connection). Its parts live in their own modules, one concern each:
 - ``conversions.py``: datetimes, JSON and literals in and out of raw SQL;
 - ``inserts.py``: the insert path of the publisher (with :class:`MessageRow`);
 - ``sequencing.py``: the sequencer's statements and the per-hour counters;
+- ``history.py``: the console's per-minute history (``queue_history``);
 - ``sessions.py``: notifications, session settings, concurrent writers, connection limits.
 
 Vendor subclasses (``mysql.py``, ``postgresql.py``, ``sqlite.py``) override attributes and
@@ -17,12 +18,13 @@ methods by name, whichever mixin defines them. The insert path's row, plan and
 
 from __future__ import annotations
 
+from .history import History
 from .inserts import InsertPlan, Inserts, MessageRow, in_list
 from .sequencing import Sequencing
 from .sessions import Sessions
 
 
-class Dialect(Inserts, Sequencing, Sessions):
+class Dialect(History, Inserts, Sequencing, Sessions):
     """SQL for one database vendor.
 
     Subclasses set the SQL fragments and override methods where the vendor has a better

@@ -23,6 +23,10 @@ class SQLiteDialect(Dialect):
     # The same write lock: a second connection's write waits for the first transaction.
     concurrent_writers = False
 
+    def minute_sql(self, column: str) -> str:
+        # strftime('%s') reads the stored UTC text (or the clock's) as seconds since the epoch.
+        return f"(CAST(strftime('%%s', {column}) AS INTEGER) / 60)"
+
     def hour_sql(self, column: str) -> str:
         # Django stores datetimes as 'YYYY-MM-DD HH:MM:SS[.ffffff]' text (UTC).
         return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"

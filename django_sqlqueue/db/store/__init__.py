@@ -27,6 +27,8 @@ numbers committed messages, lives in ``db/sequencer.py``.
   pipelines); its ``LogStore`` is not part of :class:`QueueStore`;
 - ``schedules.py``: the recurring schedules' bookkeeping (``queue_schedules``), for the
   workers' scheduler thread;
+- ``history.py``: the console's per-minute history (counted by the acks, nacks, dead
+  letters and the sequencer in their transactions; lag samples, pruning, reads);
 - ``limits.py``: rate limits (GCRA), concurrency slots, and postponing a delivery that
   waits for them without counting an attempt.
 
@@ -51,6 +53,7 @@ from .deadletters import DeadLetterStore
 from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
+from .history import HistoryStore
 from .leases import LeaseStore
 from .limits import LimitStore
 from .message_reports import MessageReportStore
@@ -75,6 +78,7 @@ class QueueStore(
     DeadLetterStore,
     ScheduleStore,
     LimitStore,
+    HistoryStore,
 ):
     """The queue's SQL on one database alias (the union of the store modules)."""
 

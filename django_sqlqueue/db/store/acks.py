@@ -21,6 +21,7 @@ from django.db import transaction
 from ...exceptions import InvalidMessage
 from ...rules.dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
 from ...rules.validation import MAX_ERROR_LENGTH, encode_json
+from . import history
 from .base import RETRY, StoreBase, in_list
 from .delivery import FetchedMessage
 from .messages import write_dead_letter
@@ -68,6 +69,7 @@ class AckStore(StoreBase):
         """
         d, P = self.dialect, self.P
         errors = errors or {}
+        tallies: dict[int, history.Tally] = {}
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
             for partition, offset, delay in sorted(delays):
@@ -80,12 +82,25 @@ class AckStore(StoreBase):
                     f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
                     [*params, None if error is None else error[:MAX_ERROR_LENGTH], group, topic, partition, offset],
                 )
+                if cursor.rowcount:
+                    t = tallies.setdefault(partition, history.Tally())
+                    t.failed += 1
+                    t.retried += 1
+            history.count(self, cursor, group, topic, tallies)
 
     def ack(
-        self, group: str, topic: str, name: str, keys: Sequence[tuple[int, int]], *, settling: Settling | None = None
+        self,
+        group: str,
+        topic: str,
+        name: str,
+        keys: Sequence[tuple[int, int]],
+        *,
+        settling: Settling | None = None,
+        count: bool = True,
     ) -> None:
         """Mark messages acked for ``group`` (one statement after the lease check);
-        ``settling``: report the messages settled for good (``settle.py``)."""
+        ``settling``: report the messages settled for good (``settle.py``); ``count``: add
+        them to the minute's handled messages (``history.py``)."""
         if not keys:
             return
         with self.transaction() as cursor:
@@ -100,6 +115,8 @@ class AckStore(StoreBase):
                 [group, topic, *match_params],
             )
             report(settling, cursor, claimed)
+            if count:
+                history.count(self, cursor, group, topic, history.handled(keys))
 
     def ack_contiguous(
         self,
@@ -110,6 +127,7 @@ class AckStore(StoreBase):
         *,
         report_skipped: bool = False,
         settling: Settling | None = None,
+        handled: Mapping[int, int] | None = None,
     ) -> list[int]:
         """The happy path: for each (partition, watermark, new_watermark) whose acks are
         exactly watermark+1..new_watermark, move the watermark and drop the rows behind it
@@ -119,10 +137,13 @@ class AckStore(StoreBase):
         watermark moved meanwhile is returned, and its acks must go through :meth:`ack`.
         A partition no longer held is not written, and returned only with
         ``report_skipped`` (its acks must then not be retried: the lease is gone).
-        ``settling``: report the messages settled for good (``settle.py``).
+        ``settling``: report the messages settled for good (``settle.py``); ``handled``: the
+        messages per partition to add to the minute's handled ones (``history.py``), for the
+        partitions whose watermark moved.
         """
         P = self.P
         failed: list[int] = []
+        tallies: dict[int, history.Tally] = {}
         claimed: list[object] = []
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
@@ -142,7 +163,10 @@ class AckStore(StoreBase):
                     f"AND {P} = %s AND message_offset <= %s",
                     [group, topic, partition, new],
                 )
+                if handled and handled.get(partition):
+                    tallies[partition] = history.Tally(handled=handled[partition])
             report(settling, cursor, claimed)
+            history.count(self, cursor, group, topic, tallies)
         return failed
 
     def record_acks(
@@ -195,7 +219,8 @@ class AckStore(StoreBase):
             else:
                 plain += [(partition, off) for off in offsets]
         if contiguous:
-            failed = set(self.ack_contiguous(group, topic, name, contiguous, settling=settling))
+            counts = {partition: len(acks[partition]) for partition, _, _ in contiguous}
+            failed = set(self.ack_contiguous(group, topic, name, contiguous, settling=settling, handled=counts))
             plain += [(partition, off) for partition in failed for off in acks[partition]]
         if plain:
             self.ack(group, topic, name, plain, settling=settling)
@@ -321,6 +346,8 @@ class AckStore(StoreBase):
                 [group, topic, message.partition, message.offset],
             )
             report(settling, cursor, (), claimed)
+            tally = history.Tally(failed=1, dead_lettered=1)
+            history.count(self, cursor, group, topic, {message.partition: tally})
         return True
 
 

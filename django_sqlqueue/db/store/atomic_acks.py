@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ...exceptions import FenceLost
+from . import history
 from .acks import move_watermark
 from .base import IN_FLIGHT, StoreBase, in_list
 from .settle import Settling, report
@@ -61,7 +62,8 @@ class AtomicAckStore(StoreBase):
         operator's (who deletes the lease row first).
 
         ``settling`` (``settle.py``): the deliveries' tokens are reported last, once every
-        row passed the fence (so each was unacked and is acked by this transaction).
+        row passed the fence (so each was unacked and is acked by this transaction); then
+        the minute's history counts them handled (``history.py``).
         """
         P = self.P
         if not deliveries:
@@ -96,4 +98,5 @@ class AtomicAckStore(StoreBase):
             if settling is not None:  # every row passed the fence: each is acked by this transaction
                 tokens = [t for (p, o), t in settling.tokens.items() if p == partition and o in retry_of]
                 report(settling, cursor, tokens)
+            history.count(self, cursor, group, topic, {partition: history.Tally(handled=len(offsets))})
         return new if moved else None

@@ -6,7 +6,13 @@ subscribers whose heartbeat stopped a day ago. Each worker collects only what it
 so workers never delete in the same partitions at once. It also deletes the per-hour
 counters older than ``STATS_RETENTION`` (every topic's, one index range, usually empty):
 two workers' passes may delete the same rows, the second then waits for the first and
-finds nothing.
+finds nothing; and the console's per-minute history older than ``HISTORY_RETENTION``.
+
+It also samples the lag of every consumer group on every topic into the current minute
+of the history (``db/store/history.py``) every ``LAG_SAMPLE_INTERVAL`` seconds: every
+group's, not only the ones this worker serves, so a group whose workers all died still
+shows its growing lag while any worker runs. Several workers' samples of one minute
+overwrite each other (the minute keeps its last), they do not add up.
 
 It runs on the poll loop's thread, between polls, on the poll loop's connection: not on
 the lease keeper's, so a long delete never delays a lease renewal, and not on a thread
@@ -33,6 +39,8 @@ logger = logging.getLogger(__name__)
 #: Heartbeat rows not renewed for this long are deleted (the group stays known through
 #: its watermark rows).
 FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
+#: Seconds between a worker's lag samples (a minute's last sample is its lag).
+LAG_SAMPLE_INTERVAL = 20.0
 
 
 class GarbageCollector:
@@ -55,12 +63,28 @@ class GarbageCollector:
         self.outage = outage
         self.clock = clock
         self._last = clock()
+        self._sampled: float | None = None  # the first lag sample is taken at once
 
     def run_if_due(self) -> None:
-        """Collect if ``GC_INTERVAL`` passed since the last pass (the first pass waits one interval)."""
-        if self.clock() - self._last >= self.conf.GC_INTERVAL:
-            self._last = self.clock()
+        """Collect if ``GC_INTERVAL`` passed since the last pass (the first pass waits one
+        interval); sample the lags if ``LAG_SAMPLE_INTERVAL`` passed since the last sample."""
+        now = self.clock()
+        if self.conf.HISTORY_RETENTION > 0 and (self._sampled is None or now - self._sampled >= LAG_SAMPLE_INTERVAL):
+            self._sampled = now
+            self.sample_lags()
+        if now - self._last >= self.conf.GC_INTERVAL:
+            self._last = now
             self.run()
+
+    def sample_lags(self) -> int:
+        """Write every (group, topic)'s lag into this minute's history; return the pairs written."""
+        store = self.store
+        try:
+            return self.db("sample lags", lambda: store.record_lags(store.lags(store.consumer_pairs())))
+        except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+            self.outage.failure(logger, exc, "sampling the lags for the history failed")
+            close_quietly(store.using)
+            return 0
 
     def run(self) -> int:
         """Collect the held partitions of every subscription now; return messages deleted."""
@@ -91,4 +115,13 @@ class GarbageCollector:
         else:
             if pruned:
                 logger.info("pruned %d per-hour counter rows older than STATS_RETENTION", pruned)
+        if self.conf.HISTORY_RETENTION > 0:
+            try:
+                pruned = self.db("prune history", partial(self.store.prune_history, self.conf.HISTORY_RETENTION))
+            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
+                self.outage.failure(logger, exc, "pruning the history failed")
+                close_quietly(self.store.using)
+            else:
+                if pruned:
+                    logger.info("pruned %d history rows older than HISTORY_RETENTION", pruned)
         return total

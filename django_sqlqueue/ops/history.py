@@ -1,0 +1,169 @@
+"""The history of a consumer group on a topic, minute by minute: what the console charts.
+
+Read from ``queue_history`` (``db/store/history.py``): per minute, the messages its topic
+got (``published``), the group handled, failed, retried and dead-lettered, and the group's
+lag at the minute's last sample. A window is bucketed so that a chart has at most a few
+hundred points (:data:`WINDOWS`); every bucket of the window is returned, empty ones as
+zeros with no lag, so a stretch without a running worker shows as a gap, not a line.
+
+:func:`summarize` answers the operator's question from the series alone: since when the
+group is behind, and whether it is catching up (and when it would be done at this pace).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..db.store.history import MINUTE
+from .base import OperationError, store
+
+#: Window name -> (minutes, minutes per bucket): 60, 96 and 168 points.
+WINDOWS: dict[str, tuple[int, int]] = {"1h": (60, 1), "24h": (24 * 60, 15), "7d": (7 * 24 * 60, 60)}
+#: Pairs one overview read takes at most (the overview's sparkline per group and topic).
+MAX_PAIRS = 200
+
+
+@dataclass(frozen=True)
+class Point:
+    """One bucket: its start (UTC), its counts, and its last lag sample (None: none taken)."""
+
+    at: dt.datetime
+    published: int = 0
+    handled: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lag: int | None = None
+
+
+@dataclass(frozen=True)
+class Series:
+    group: str
+    topic: str
+    window: str
+    #: Minutes per bucket.
+    step: int
+    points: list[Point]
+
+    def totals(self) -> Point:
+        """The window's sums (and its last lag sample)."""
+        lags = [p.lag for p in self.points if p.lag is not None]
+        return Point(
+            self.points[0].at if self.points else dt.datetime.now(dt.UTC),
+            sum(p.published for p in self.points),
+            sum(p.handled for p in self.points),
+            sum(p.failed for p in self.points),
+            sum(p.retried for p in self.points),
+            sum(p.dead_lettered for p in self.points),
+            lags[-1] if lags else None,
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Since when the group is behind, and whether it is catching up."""
+
+    #: The last lag sample (None: no sample in the window).
+    lag: int | None
+    #: Start of the current run of buckets with a lag above 0 (None: not behind).
+    behind_since: dt.datetime | None
+    #: Lag change per minute over the last quarter of the window (negative: catching up).
+    trend_per_minute: float | None
+    #: Minutes until the lag reaches 0 at that pace (None: not catching up, or not behind).
+    minutes_to_zero: float | None
+
+    def describe(self) -> str:
+        if self.lag is None:
+            return "No lag sample in this window: no worker was running."
+        if self.behind_since is None:
+            return "Not behind: every message published was handled."
+        text = f"Behind since {self.behind_since:%Y-%m-%d %H:%M} UTC, lag {self.lag:,}"
+        if self.trend_per_minute is None:
+            return text + "."
+        if self.trend_per_minute < 0 and self.minutes_to_zero is not None:
+            return text + (
+                f", catching up by {-self.trend_per_minute:,.0f}/min: about {self.minutes_to_zero:,.0f} min "
+                "to go at this pace."
+            )
+        if self.trend_per_minute > 0:
+            return text + f", falling further behind by {self.trend_per_minute:,.0f}/min."
+        return text + ", not catching up (lag flat)."
+
+
+def _window(window: str) -> tuple[int, int]:
+    try:
+        return WINDOWS[window]
+    except (KeyError, TypeError):
+        raise OperationError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}.") from None
+
+
+def _at(minute: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(minute * MINUTE, dt.UTC)
+
+
+def histories(
+    pairs: Iterable[tuple[str, str]], window: str = "1h", *, using: str | None = None
+) -> dict[tuple[str, str], Series]:
+    """The series of each (group, topic) over ``window`` (``WINDOWS``), up to this minute."""
+    minutes, step = _window(window)
+    wanted = sorted(set(pairs))
+    if len(wanted) > MAX_PAIRS:
+        raise OperationError(f"at most {MAX_PAIRS} (group, topic) pairs at once, got {len(wanted)}.")
+    s = store(using)
+    now = s.now_minute()
+    last = now - now % step
+    first = last - (minutes // step - 1) * step
+    rows = s.history_rows(wanted, first, step, until=now + 1)
+    out = {}
+    for pair in wanted:
+        by_bucket = {r.minute: r for r in rows.get(pair, [])}
+        points = []
+        for b in range(first, last + 1, step):
+            r = by_bucket.get(b)
+            if r is None:
+                points.append(Point(_at(b)))
+            else:
+                points.append(Point(_at(b), r.published, r.handled, r.failed, r.retried, r.dead_lettered, r.lag))
+        out[pair] = Series(pair[0], pair[1], window, step, points)
+    return out
+
+
+def group_history(group: str, topic: str, window: str = "1h", *, using: str | None = None) -> Series:
+    """The series of ``group`` on ``topic`` over ``window`` ("1h", "24h" or "7d")."""
+    return histories([(group, topic)], window, using=using)[(group, topic)]
+
+
+def summarize(series: Series) -> Summary:
+    """Since when the group is behind and how fast the lag moves, from ``series`` alone."""
+    sampled = [p for p in series.points if p.lag is not None]
+    if not sampled:
+        return Summary(None, None, None, None)
+    lag = sampled[-1].lag
+    assert lag is not None
+    behind_since = None
+    if lag > 0:
+        behind_since = sampled[-1].at
+        for p in reversed(sampled):
+            if not p.lag:
+                break
+            behind_since = p.at
+    # The trend over the last quarter of the window's samples (at least two samples).
+    tail = _tail(sampled)
+    trend = None
+    if len(tail) >= 2:
+        minutes = (tail[-1].at - tail[0].at).total_seconds() / MINUTE
+        if minutes > 0:
+            trend = ((tail[-1].lag or 0) - (tail[0].lag or 0)) / minutes
+    to_zero = lag / -trend if trend is not None and trend < 0 and lag > 0 else None
+    return Summary(lag, behind_since, trend, to_zero)
+
+
+def _tail(sampled: Sequence[Point]) -> Sequence[Point]:
+    if not sampled:
+        return sampled
+    span = sampled[-1].at - sampled[0].at
+    cutoff = sampled[-1].at - span / 4
+    tail = [p for p in sampled if p.at >= cutoff]
+    return tail if len(tail) >= 2 else sampled[-2:]
