@@ -10,7 +10,8 @@ numbers committed messages, lives in ``db/sequencer.py``.
 - ``topics.py``: the topic registry and partition head rows;
 - ``leases.py``: renewing, acquiring and releasing partition leases;
 - ``delivery.py``: the poll's state query, the fetch, recording deliveries;
-- ``acks.py``: acks, nacks, dead letters and the watermark, fenced by the lease;
+- ``acks.py``: acks, nacks and the watermark, fenced by the lease;
+- ``dead_lettering.py``: a delivery's dead letter and its ack, fenced the same way;
 - ``settle.py``: a consumer's bookkeeping of final outcomes, in the ack's transaction;
 - ``atomic_acks.py``: the atomic consumers' ack, inside the handler's own transaction;
 - ``gc.py``: deleting what every group has processed;
@@ -49,6 +50,7 @@ from __future__ import annotations
 from .acks import ADVANCE_SCAN, AckStore
 from .atomic_acks import AtomicAckStore
 from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
+from .dead_lettering import DeadLetteringStore
 from .deadletters import DeadLetterStore
 from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
 from .gc import GCStore
@@ -70,6 +72,7 @@ class QueueStore(
     LeaseStore,
     DeliveryStore,
     AckStore,
+    DeadLetteringStore,
     AtomicAckStore,
     GCStore,
     PositionStore,

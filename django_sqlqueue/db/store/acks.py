@@ -1,4 +1,4 @@
-"""Outcomes of deliveries: acks, nacks, dead letters, and the watermark.
+"""Outcomes of deliveries: acks, nacks and the watermark (dead letters: ``dead_lettering.py``).
 
 Every write here is fenced by the subscriber's lease (``StoreBase.lock_held``): a worker
 that lost a partition -- its lease expired and was stolen, or an operator released it or
@@ -12,19 +12,14 @@ The atomic consumers' ack, written inside the handler's own transaction, is in
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
 
-from ...exceptions import InvalidMessage
-from ...rules.dlq import UNDECODABLE_KEY, dead_letter_id, dead_letter_metadata
-from ...rules.validation import MAX_ERROR_LENGTH, encode_json
+from ...rules.validation import MAX_ERROR_LENGTH
 from . import history
 from .base import RETRY, StoreBase, in_list
-from .delivery import FetchedMessage
-from .messages import write_dead_letter
 from .settle import Settling, report
 
 #: Delivery-state rows read per watermark step.
@@ -111,12 +106,18 @@ class AckStore(StoreBase):
             claimed = settling.claim(self, cursor, group, topic, keys) if settling is not None else []
             match, match_params = self.match_offsets(keys)
             cursor.execute(
-                f"UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s AND {match}",
+                f"UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s AND {match} "
+                "AND acked = FALSE",
                 [group, topic, *match_params],
             )
+            acked = cursor.rowcount
             report(settling, cursor, claimed)
-            if count:
-                history.count(self, cursor, group, topic, history.handled(keys))
+            if count and acked:
+                # Only the rows this transaction acked (a retry after a lost COMMIT reply, or
+                # rows already behind the watermark, count nothing). Rarely fewer than asked:
+                # then the total is exact and its slot the first partition's.
+                tallies = history.handled(keys) if acked == len(keys) else {keys[0][0]: history.Tally(acked)}
+                history.count(self, cursor, group, topic, tallies)
 
     def ack_contiguous(
         self,
@@ -285,71 +286,6 @@ class AckStore(StoreBase):
         moved = self.ack_contiguous(group, topic, name, [(partition, watermark, new)], report_skipped=True)
         return new if not moved else watermark
 
-    def dead_letter(
-        self,
-        group: str,
-        topic: str,
-        name: str,
-        message: FetchedMessage,
-        *,
-        dlq_topic: str,
-        attempts: int,
-        error: str,
-        settling: Settling | None = None,
-    ) -> bool:
-        """Copy the message to the dead-letter topic and ack it for ``group``, atomically.
-
-        The copy is published first and both writes commit together, so the message is
-        never in zero places. The original stays in the log: other consumer groups still
-        get it, and GC removes it once every group is past it. The copy's id is
-        ``<group>:<original id>``, so two groups' dead letters of one message do not
-        collide; its metadata names the group and the original position. Returns False
-        (nothing written) if ``name`` no longer holds the partition.
-
-        A row that could not be decoded arrives with the failed column already wrapped
-        (``store/delivery.py``); a decoded value that cannot be stored again (NaN, a lone
-        surrogate: JSON some databases accept and ``publish()`` refuses) is wrapped here
-        the same way, so that a dead letter never fails on its own content.
-
-        ``settling``: report the message as settled for good (``settle.py``), in this
-        transaction, if its delivery row was still unacked.
-        """
-        payload = _storable(message.payload)
-        original_metadata = _storable(message.metadata)
-        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
-            if not self.lock_held(cursor, group, topic, name, [message.partition]):
-                return False
-            metadata = dead_letter_metadata(
-                original_metadata,
-                group=group,
-                partition=message.partition,
-                offset=message.offset,
-                original_id=message.id,
-            )
-            write_dead_letter(
-                dlq_topic,
-                key=message.key,
-                id=dead_letter_id(group, message.id),
-                payload=payload,
-                metadata=metadata,
-                created_at=message.created_at,
-                failure_count=attempts,
-                last_error=error,
-                original_topic=topic,
-                using=self.using,
-            )
-            key = (message.partition, message.offset)
-            claimed = settling.claim(self, cursor, group, topic, [key]) if settling is not None else []
-            cursor.execute(
-                "UPDATE queue_delivery_state SET acked = TRUE WHERE consumer_group = %s AND topic = %s "
-                f"AND {self.P} = %s AND message_offset = %s",
-                [group, topic, message.partition, message.offset],
-            )
-            report(settling, cursor, (), claimed)
-            tally = history.Tally(failed=1, dead_lettered=1)
-            history.count(self, cursor, group, topic, {message.partition: tally})
-        return True
-
 
 def move_watermark(store: StoreBase, cursor: Any, group: str, topic: str, partition: int, old: int, new: int) -> bool:
     """Move a partition's watermark from ``old`` to ``new``, a compare-and-set; return whether it moved.
@@ -367,12 +303,3 @@ def move_watermark(store: StoreBase, cursor: Any, group: str, topic: str, partit
         [new, group, topic, partition, old],
     )
     return bool(cursor.rowcount == 1)
-
-
-def _storable(value: Any) -> Any:
-    """Return ``value`` if it can be stored as JSON again, else ``{UNDECODABLE_KEY: its JSON text}``."""
-    try:
-        encode_json(value, "dead letter").encode("utf-8")
-    except (InvalidMessage, UnicodeEncodeError):
-        return {UNDECODABLE_KEY: json.dumps(value, ensure_ascii=True, default=str)}
-    return value

@@ -1,5 +1,5 @@
-"""AckStore (``store/acks.py``): watermarks, acks, nacks and dead letters, fenced by the
-lease, against real rows and the database clock."""
+"""AckStore (``store/acks.py``): watermarks, acks and nacks, fenced by the lease, against
+real rows and the database clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import datetime as dt
 
 import pytest
 
-from django_sqlqueue import publish
 from django_sqlqueue.models import DeliveryState, Message, PartitionLease
 
 from ...support.engine_helpers import (
@@ -17,7 +16,6 @@ from ...support.engine_helpers import (
     db_now,
     delivery_rows,
     fetch_fresh,
-    key_for_partition,
     publish_to,
     row,
     sequence,
@@ -173,52 +171,6 @@ def test_advance_watermark_converges_over_more_rows_than_one_scan():
     assert s.advance_watermark(G, T, "w1", A, 0) == ADVANCE_SCAN
     assert s.advance_watermark(G, T, "w1", A, ADVANCE_SCAN) == n
     assert watermark(G, T, A) == n and delivery_rows(G, T, A) == []
-
-
-def test_dead_letter_copies_to_the_dlq_and_acks_for_the_group_only():
-    key = key_for_partition(A)
-    original = publish(T, {"n": 1}, key=key, id="o-1", metadata={"trace": "x"})
-    sequence(T)
-    s = store()
-    deliver(A, [1])
-    deliver(A, [1], group="analytics")
-    (m,) = fetch_fresh(G, T, A)
-    before = db_now()
-    assert s.dead_letter(G, T, "w1", m, dlq_topic="orders_dlq", attempts=3, error="builtins.ValueError: boom")
-    after = db_now()
-    # A retried call: no second copy, the first one is kept as it is.
-    assert s.dead_letter(G, T, "w1", m, dlq_topic="orders_dlq", attempts=3, error="again")
-
-    (dl,) = Message.objects.filter(topic="orders_dlq")
-    stored = Message.objects.get(topic=T, partition=A, offset=1)
-    assert (dl.key, dl.partition, dl.offset, dl.id) == (key, original.partition, None, "billing:o-1")
-    assert dl.payload == {"n": 1}
-    assert dl.metadata == {
-        "trace": "x",
-        "dead_letter": {
-            "consumer_group": G,
-            "original_partition": A,
-            "original_offset": 1,
-            "original_id": "o-1",
-        },
-    }
-    assert (dl.failure_count, dl.last_error, dl.original_topic) == (3, "builtins.ValueError: boom", T)
-    assert before <= dl.failed_at <= after
-    assert dl.created_at == stored.created_at
-    assert dl.published_at >= before and dl.is_dead_letter
-    # The original stays in the log, acked for billing only.
-    assert stored.id == "o-1" and not stored.is_dead_letter
-    assert row(G, T, A, 1).acked
-    assert not row("analytics", T, A, 1).acked
-
-    assert s.dead_letter("analytics", T, "w1", m, dlq_topic="orders_dlq", attempts=1, error="x")
-    assert sorted(Message.objects.filter(topic="orders_dlq").values_list("id", flat=True)) == [
-        "analytics:o-1",
-        "billing:o-1",
-    ]
-    # The dead letters are sequenced like any message when someone consumes the DLQ.
-    sequence("orders_dlq")
-    assert sorted(Message.objects.filter(topic="orders_dlq").values_list("offset", flat=True)) == [1, 2]
 
 
 # -- the lease fence -------------------------------------------------------------------
