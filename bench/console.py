@@ -1,4 +1,5 @@
-"""Console pages against a log of 1,000,000 messages and 10,000 dead letters (MariaDB).
+"""Console pages against a log of 1,000,000 messages, 10,000 dead letters and 7 days of
+per-minute history for 20 groups (MariaDB).
 
     .venv/bin/python bench/console.py          # loads once (about a minute), then times
 
@@ -28,6 +29,39 @@ DEAD_LETTERS = 10_000
 TOPICS = 10
 PARTITIONS = 8
 GROUPS = ("billing", "shipping", "retired")
+#: Groups with 7 days of history, a sample every minute, each on one topic; the first
+#: three are GROUPS.
+HISTORY_GROUPS = [*GROUPS, *(f"g{i:02d}" for i in range(3, 20))]
+HISTORY_MINUTES = 7 * 24 * 60
+
+
+def load_history(c) -> None:
+    """7 days of minutes for each of HISTORY_GROUPS (on topic ``i % TOPICS``): one sample per
+    minute of running totals that grow by about 45 a minute, and a lag (about 200,000 rows
+    of ``queue_history``). The extra groups get watermark rows and heartbeats so that the
+    overview lists all 20."""
+    now = "TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', UTC_TIMESTAMP())"
+    age = f"(seq - {HISTORY_MINUTES})"  # minutes before now, negative
+    for i, g in enumerate(HISTORY_GROUPS):
+        topic = f"topic{i % TOPICS}"
+        c.execute(
+            "INSERT INTO queue_history (consumer_group, topic, minute, published, handled, failed, retried, "
+            f"dead_lettered, lag) SELECT %s, %s, {now} + {age}, 46 * seq, 45 * seq + MOD(seq, 7), seq DIV 3, "
+            f"seq DIV 3, seq DIV 97, 500 + MOD(seq, 1440) FROM seq_0_to_{HISTORY_MINUTES}",
+            [g, topic],
+        )
+        if g not in GROUPS:
+            for p in range(PARTITIONS):
+                c.execute(
+                    "INSERT INTO queue_offsets (consumer_group, topic, `partition`, offset_acked, updated_at) "
+                    "SELECT %s, topic, `partition`, head_offset - 5, NOW(6) FROM queue_partitions "
+                    "WHERE topic = %s AND `partition` = %s",
+                    [g, topic, p],
+                )
+            c.execute(
+                "INSERT INTO queue_subscriber_heartbeats VALUES (%s, %s, %s, NOW(6), NULL)", [g, topic, f"{g}-w0"]
+            )
+    c.execute("ANALYZE TABLE queue_history")
 
 
 def load() -> None:
@@ -90,7 +124,11 @@ def load() -> None:
                         [g, f"topic{t}", f"{g}-w{w}"],
                     )
         c.execute("ANALYZE TABLE queue_messages")
-        print(f"loaded {MESSAGES:,} messages and {DEAD_LETTERS:,} dead letters in {time.perf_counter() - start:.0f} s")
+        load_history(c)
+        print(
+            f"loaded {MESSAGES:,} messages, {DEAD_LETTERS:,} dead letters and 7 days of history for "
+            f"{len(HISTORY_GROUPS)} groups in {time.perf_counter() - start:.0f} s"
+        )
 
 
 def timed(fn: Callable[[], object], repeat: int = 7) -> float:

@@ -15,8 +15,8 @@ plain SQL:
 - ``queue_paused_topics``: (group, topic) pairs an operator paused.
 - ``queue_topic_hours``: messages per topic per hour, counted by the sequencer (they
   outlive the log's garbage collection; the report reads them).
-- ``queue_history``: per group, topic and minute, the messages published, handled, failed,
-  retried and dead-lettered, and the lag (the console's charts).
+- ``queue_history``: per group, topic and minute, the group's running totals (published,
+  handled, failed, retried, dead-lettered) and its lag, sampled (the console's charts).
 
 Rows of the partition, lease and offset tables grow with groups x topics x partitions,
 never with the number of message keys (except for topics that opt into one partition per
@@ -230,6 +230,13 @@ class ConsumerOffset(models.Model):
     partition = models.BigIntegerField()
     offset_acked = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField()
+    #: Running totals of the group's outcomes in this partition, added by the transactions
+    #: that commit them (the ack's watermark move, the nack, the dead letter): the console's
+    #: history samples them (``db/store/history.py``).
+    handled_total = models.BigIntegerField(db_default=0)
+    failed_total = models.BigIntegerField(db_default=0)
+    retried_total = models.BigIntegerField(db_default=0)
+    dead_lettered_total = models.BigIntegerField(db_default=0)
 
     class Meta:
         db_table = "queue_offsets"
@@ -349,7 +356,7 @@ class QueueConsole(models.Model):
 
 
 # The console's history (kept in its own module).
-from .history_models import HISTORY_SLOTS, HistoryMinute  # noqa: E402, F401
+from .history_models import HistoryMinute  # noqa: E402, F401
 
 # The django.tasks backend's and the schedules' tables (kept in their own module).
 from .task_models import (  # noqa: E402, F401

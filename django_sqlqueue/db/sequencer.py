@@ -13,7 +13,6 @@ transactions of its own::
         WHERE seq = <a row read in (2)> AND offset IS NULL                           -- (3), one joined statement
     UPDATE queue_partitions SET head_offset = CASE partition WHEN ... END ...       -- (4)
     INSERT INTO queue_topic_hours SELECT ... the rows numbered, per hour ... UPSERT   -- (5)
-    INSERT INTO queue_history SELECT ... the same, per minute ... UPSERT               -- (6)
     COMMIT
 
 Why this is sound:
@@ -42,9 +41,6 @@ Why this is sound:
   transaction, so each message is counted exactly once. Counter rows are striped by
   ``partition % TOPIC_HOUR_SLOTS`` and upserted in key order, after the head locks:
   sequencers of different partitions rarely share a row and cannot deadlock on one.
-- (6) does the same per minute for the console's history (``queue_history``, its
-  ``published`` column; skipped when ``HISTORY_RETENTION`` is 0), striped by
-  ``partition % HISTORY_SLOTS``, in key order, after (5).
 - A sequencer killed at any point (``kill -9``) leaves an open transaction that the
   database rolls back: no offset is assigned, the head does not move, the next round
   numbers the same messages. Nothing is lost, duplicated or reordered.
@@ -85,11 +81,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conf import get_settings
-from ..models import HISTORY_SLOTS, TOPIC_HOUR_SLOTS
+from ..models import TOPIC_HOUR_SLOTS
 from .dialects import Dialect
 from .session import bound_engine_transaction
 from .store.base import StoreBase, in_list
-from .store.history import enabled as history_enabled
 from .store.topics import TopicStore
 
 #: Messages numbered per partition per transaction.
@@ -275,9 +270,6 @@ def count_sequenced(d: Dialect, cursor: Any, topic: str, heads: dict[int, int], 
     head locks; it commits or rolls back with the offsets, so a message counts once."""
     ranges = {p: (heads[p] + 1, head) for p, head in new_heads.items()}
     d.count_sequenced(cursor, topic, ranges, TOPIC_HOUR_SLOTS)
-    if history_enabled():  # the console's per-minute "published" (db/store/history.py)
-        source, params = d.sequenced_rows(topic, ranges)
-        d.count_published(cursor, source, params, HISTORY_SLOTS)
 
 
 def sequence(topic: str, partitions: Sequence[int] | None = None, *, using: str | None = None) -> dict[int, int]:

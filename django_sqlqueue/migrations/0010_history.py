@@ -1,10 +1,12 @@
-"""The console's per-minute history (``queue_history``).
+"""The console's per-minute history (``queue_history``) and the running totals it samples.
 
-Per consumer group, topic and minute: the messages published, handled, failed, retried and
-dead-lettered, and the lag, written by the transactions that already happen (the ack, the
-nack, the dead letter, the sequencer's round) and by the workers' lag samples. Starts empty:
-the minutes before this migration cannot be known. On MySQL/MariaDB the table compares
-group and topic names byte for byte, as every queue table does (0002).
+``queue_offsets`` gets four running totals per group and partition (handled, failed,
+retried, dead-lettered), added by the transactions that commit those outcomes; the workers
+sample them, with the heads and the lag, into ``queue_history`` every few seconds. The
+totals start at 0 here: the history starts with this migration. On MySQL/MariaDB the new
+table compares group and topic names byte for byte, as every queue table does (0002). The
+new columns have a database default (MariaDB 10.3+ and PostgreSQL 11+ add them without
+rewriting the table).
 """
 
 from django.db import migrations, models
@@ -22,6 +24,18 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="consumeroffset", name="handled_total", field=models.BigIntegerField(db_default=0)
+        ),
+        migrations.AddField(
+            model_name="consumeroffset", name="failed_total", field=models.BigIntegerField(db_default=0)
+        ),
+        migrations.AddField(
+            model_name="consumeroffset", name="retried_total", field=models.BigIntegerField(db_default=0)
+        ),
+        migrations.AddField(
+            model_name="consumeroffset", name="dead_lettered_total", field=models.BigIntegerField(db_default=0)
+        ),
         migrations.CreateModel(
             name="HistoryMinute",
             fields=[
@@ -31,7 +45,6 @@ class Migration(migrations.Migration):
                         "consumer_group",
                         "topic",
                         "minute",
-                        "slot",
                         blank=True,
                         editable=False,
                         primary_key=True,
@@ -41,13 +54,12 @@ class Migration(migrations.Migration):
                 ("consumer_group", models.CharField(max_length=128)),
                 ("topic", models.CharField(max_length=160)),
                 ("minute", models.BigIntegerField()),
-                ("slot", models.PositiveSmallIntegerField()),
                 ("published", models.BigIntegerField(default=0)),
                 ("handled", models.BigIntegerField(default=0)),
                 ("failed", models.BigIntegerField(default=0)),
                 ("retried", models.BigIntegerField(default=0)),
                 ("dead_lettered", models.BigIntegerField(default=0)),
-                ("lag", models.BigIntegerField(blank=True, null=True)),
+                ("lag", models.BigIntegerField(default=0)),
             ],
             options={
                 "db_table": "queue_history",

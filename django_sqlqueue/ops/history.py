@@ -1,10 +1,14 @@
 """The history of a consumer group on a topic, minute by minute: what the console charts.
 
-Read from ``queue_history`` (``db/store/history.py``): per minute, the messages its topic
-got (``published``), the group handled, failed, retried and dead-lettered, and the group's
-lag at the minute's last sample. A window is bucketed so that a chart has at most a few
-hundred points (:data:`WINDOWS`); every bucket of the window is returned, empty ones as
-zeros with no lag, so a stretch without a running worker shows as a gap, not a line.
+Read from ``queue_history`` (``db/store/history.py``): the group's running totals and lag
+at each minute's last sample. A minute's figures are the growth of the totals since the
+previous sample -- the messages its topic got (``published``: numbered by the sequencer),
+the group handled, failed, retried and dead-lettered -- counted at the minute of the
+sample (a sampler runs every 20 s, so within that of the work). A total that went down
+(the group dropped and started again) starts over from 0. A window is bucketed so that a
+chart has at most a few hundred points (:data:`WINDOWS`); every bucket of the window is
+returned, those without a sample as zeros with no lag, so a stretch without any running
+worker shows as a gap, not a line (its work counts at the first sample after it).
 
 :func:`summarize` answers the operator's question from the series alone: since when the
 group is behind, and whether it is catching up (and when it would be done at this pace).
@@ -16,13 +20,15 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..db.store.history import MINUTE
+from ..db.store.history import MINUTE, Sample
 from .base import OperationError, store
 
 #: Window name -> (minutes, minutes per bucket): 60, 96 and 168 points.
 WINDOWS: dict[str, tuple[int, int]] = {"1h": (60, 1), "24h": (24 * 60, 15), "7d": (7 * 24 * 60, 60)}
 #: Pairs one overview read takes at most (the overview's sparkline per group and topic).
 MAX_PAIRS = 200
+#: Minutes before a window read for its first sample's baseline.
+LOOKBACK = 60
 
 
 @dataclass(frozen=True)
@@ -115,19 +121,49 @@ def histories(
     now = s.now_minute()
     last = now - now % step
     first = last - (minutes // step - 1) * step
-    rows = s.history_rows(wanted, first, step, until=now + 1)
+    # The samples of the window, and the hour before it for the first one's baseline.
+    samples = s.samples(wanted, first - LOOKBACK, now + 1)
     out = {}
     for pair in wanted:
-        by_bucket = {r.minute: r for r in rows.get(pair, [])}
+        buckets: dict[int, list[int]] = {}
+        lags: dict[int, int] = {}
+        for minute, figures, lag in _per_minute(samples.get(pair, [])):
+            if minute < first:
+                continue
+            b = minute - minute % step
+            sums = buckets.setdefault(b, [0] * 5)
+            for i, v in enumerate(figures):
+                sums[i] += v
+            lags[b] = lag  # in minute order: the bucket's last sample
         points = []
         for b in range(first, last + 1, step):
-            r = by_bucket.get(b)
-            if r is None:
-                points.append(Point(_at(b)))
+            if b in lags:
+                published, handled, failed, retried, dead = buckets[b]
+                points.append(Point(_at(b), published, handled, failed, retried, dead, lags[b]))
             else:
-                points.append(Point(_at(b), r.published, r.handled, r.failed, r.retried, r.dead_lettered, r.lag))
+                points.append(Point(_at(b)))
         out[pair] = Series(pair[0], pair[1], window, step, points)
     return out
+
+
+def _per_minute(samples: Sequence[Sample]) -> Iterable[tuple[int, tuple[int, ...], int]]:
+    """(minute, figures since the previous sample, lag) of each sample after the first."""
+    previous: Sample | None = None
+    for sample in samples:
+        if previous is not None:
+            figures = tuple(
+                _growth(getattr(previous, name), getattr(sample, name))
+                for name in ("published", "handled", "failed", "retried", "dead_lettered")
+            )
+            yield sample.minute, figures, sample.lag
+        else:
+            yield sample.minute, (0, 0, 0, 0, 0), sample.lag
+        previous = sample
+
+
+def _growth(before: int, after: int) -> int:
+    """How much a running total grew; one that went down started over (from 0)."""
+    return after - before if after >= before else after
 
 
 def group_history(group: str, topic: str, window: str = "1h", *, using: str | None = None) -> Series:

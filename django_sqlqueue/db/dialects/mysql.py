@@ -66,9 +66,6 @@ class MySQLDialect(Dialect):
         # Arithmetic on UTC DATETIMEs: UNIX_TIMESTAMP() would go through the session time zone.
         return f"TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', {column})"
 
-    def history_sum(self, column: str) -> str:
-        return f"{column} + VALUES({column})"
-
     def use_index(self, name: str) -> str:
         return f"FORCE INDEX ({name})"
 

@@ -12,7 +12,7 @@ The atomic consumers' ack, written inside the handler's own transaction, is in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -64,12 +64,15 @@ class AckStore(StoreBase):
         """
         d, P = self.dialect, self.P
         errors = errors or {}
-        tallies: dict[int, history.Tally] = {}
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in delays])
-            for partition, offset, delay in sorted(delays):
-                if partition not in held:
-                    continue
+            mine = sorted(x for x in delays if x[0] in held)
+            # The running totals first (lease, watermark, deliveries: the lock order), then
+            # taken back for a delivery no longer unacked (a retry of this transaction).
+            failures = _per_partition(p for p, _, _ in mine)
+            for partition, n in failures.items():
+                history.add_totals(self, cursor, group, topic, partition, failed=n, retried=n)
+            for partition, offset, delay in mine:
                 until, params = d.now_plus(delay)
                 error = errors.get((partition, offset))
                 cursor.execute(
@@ -77,11 +80,8 @@ class AckStore(StoreBase):
                     f"WHERE consumer_group = %s AND topic = %s AND {P} = %s AND message_offset = %s AND acked = FALSE",
                     [*params, None if error is None else error[:MAX_ERROR_LENGTH], group, topic, partition, offset],
                 )
-                if cursor.rowcount:
-                    t = tallies.setdefault(partition, history.Tally())
-                    t.failed += 1
-                    t.retried += 1
-            history.count(self, cursor, group, topic, tallies)
+                if not cursor.rowcount:
+                    history.add_totals(self, cursor, group, topic, partition, failed=-1, retried=-1)
 
     def ack(
         self,
@@ -95,7 +95,7 @@ class AckStore(StoreBase):
     ) -> None:
         """Mark messages acked for ``group`` (one statement after the lease check);
         ``settling``: report the messages settled for good (``settle.py``); ``count``: add
-        them to the minute's handled messages (``history.py``)."""
+        them to the group's running total of handled messages (``history.py``)."""
         if not keys:
             return
         with self.transaction() as cursor:
@@ -103,6 +103,11 @@ class AckStore(StoreBase):
             keys = [k for k in keys if k[0] in held]
             if not keys:
                 return
+            # The running totals first (lease, watermark, deliveries: the lock order); a row
+            # acked already (a retry of this transaction, a row behind the watermark) is taken back.
+            handled = _per_partition(p for p, _ in keys) if count else {}
+            for partition, n in handled.items():
+                history.add_totals(self, cursor, group, topic, partition, handled=n)
             claimed = settling.claim(self, cursor, group, topic, keys) if settling is not None else []
             match, match_params = self.match_offsets(keys)
             cursor.execute(
@@ -110,14 +115,9 @@ class AckStore(StoreBase):
                 "AND acked = FALSE",
                 [group, topic, *match_params],
             )
-            acked = cursor.rowcount
+            if handled and cursor.rowcount < len(keys):
+                history.add_totals(self, cursor, group, topic, keys[0][0], handled=cursor.rowcount - len(keys))
             report(settling, cursor, claimed)
-            if count and acked:
-                # Only the rows this transaction acked (a retry after a lost COMMIT reply, or
-                # rows already behind the watermark, count nothing). Rarely fewer than asked:
-                # then the total is exact and its slot the first partition's.
-                tallies = history.handled(keys) if acked == len(keys) else {keys[0][0]: history.Tally(acked)}
-                history.count(self, cursor, group, topic, tallies)
 
     def ack_contiguous(
         self,
@@ -139,12 +139,11 @@ class AckStore(StoreBase):
         A partition no longer held is not written, and returned only with
         ``report_skipped`` (its acks must then not be retried: the lease is gone).
         ``settling``: report the messages settled for good (``settle.py``); ``handled``: the
-        messages per partition to add to the minute's handled ones (``history.py``), for the
-        partitions whose watermark moved.
+        messages per partition to add to the group's running totals (``history.py``), in the
+        watermark's own UPDATE.
         """
         P = self.P
         failed: list[int] = []
-        tallies: dict[int, history.Tally] = {}
         claimed: list[object] = []
         with self.transaction() as cursor:
             held = self.lock_held(cursor, group, topic, name, [p for p, _, _ in advances])
@@ -153,7 +152,8 @@ class AckStore(StoreBase):
                     if report_skipped:
                         failed.append(partition)
                     continue
-                if not move_watermark(self, cursor, group, topic, partition, old, new):
+                count = handled.get(partition, 0) if handled else 0
+                if not move_watermark(self, cursor, group, topic, partition, old, new, handled=count):
                     failed.append(partition)
                     continue
                 if settling is not None:  # before the DELETE: only rows still unacked count
@@ -164,10 +164,7 @@ class AckStore(StoreBase):
                     f"AND {P} = %s AND message_offset <= %s",
                     [group, topic, partition, new],
                 )
-                if handled and handled.get(partition):
-                    tallies[partition] = history.Tally(handled=handled[partition])
             report(settling, cursor, claimed)
-            history.count(self, cursor, group, topic, tallies)
         return failed
 
     def record_acks(
@@ -287,7 +284,9 @@ class AckStore(StoreBase):
         return new if not moved else watermark
 
 
-def move_watermark(store: StoreBase, cursor: Any, group: str, topic: str, partition: int, old: int, new: int) -> bool:
+def move_watermark(
+    store: StoreBase, cursor: Any, group: str, topic: str, partition: int, old: int, new: int, *, handled: int = 0
+) -> bool:
     """Move a partition's watermark from ``old`` to ``new``, a compare-and-set; return whether it moved.
 
     One UPDATE of the group's watermark row on ``cursor``, which exclusively locks that
@@ -295,11 +294,20 @@ def move_watermark(store: StoreBase, cursor: Any, group: str, topic: str, partit
     ``old``: a watermark moved meanwhile (by the poll's watermark walk, say) makes it a
     no-op (False), and the caller flags its rows acked instead. Called after
     ``lock_held`` in the same transaction, so the lock order is lease, watermark,
-    deliveries.
+    deliveries. ``handled``: messages to add to the row's running total of handled ones
+    (the history's count, ``history.py``), in the same statement.
     """
+    counted = ", handled_total = handled_total + %s" if handled and history.enabled() else ""
     cursor.execute(
-        f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {store.dialect.now_sql} "
+        f"UPDATE queue_offsets SET offset_acked = %s, updated_at = {store.dialect.now_sql}{counted} "
         f"WHERE consumer_group = %s AND topic = %s AND {store.P} = %s AND offset_acked = %s",
-        [new, group, topic, partition, old],
+        [new, *([handled] if counted else []), group, topic, partition, old],
     )
     return bool(cursor.rowcount == 1)
+
+
+def _per_partition(partitions: Iterable[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for partition in partitions:
+        out[partition] = out.get(partition, 0) + 1
+    return out

@@ -62,8 +62,9 @@ class AtomicAckStore(StoreBase):
         operator's (who deletes the lease row first).
 
         ``settling`` (``settle.py``): the deliveries' tokens are reported last, once every
-        row passed the fence (so each was unacked and is acked by this transaction); then
-        the minute's history counts them handled (``history.py``).
+        row passed the fence (so each was unacked and is acked by this transaction). The
+        group's running total of handled messages (``history.py``) is added on the
+        watermark row, in this transaction: it commits with the ack or not at all.
         """
         P = self.P
         if not deliveries:
@@ -77,7 +78,11 @@ class AtomicAckStore(StoreBase):
             if not self.lock_held(cursor, group, topic, name, [partition]):
                 raise FenceLost(f"the lease of partition {partition} of {group}:{topic} is no longer held by {name}")
             new = offsets[run - 1]
-            moved = move_watermark(self, cursor, group, topic, partition, offsets[0] - 1, new)
+            # The history's running total rides on the watermark's UPDATE, or is added to the
+            # same row before the deliveries (the lock order) when the watermark did not move.
+            moved = move_watermark(self, cursor, group, topic, partition, offsets[0] - 1, new, handled=len(offsets))
+            if not moved:
+                history.add_totals(self, cursor, group, topic, partition, handled=len(offsets))
             behind = set(offsets[:run]) if moved else set()
             by_retry: dict[tuple[bool, int], list[int]] = defaultdict(list)
             for offset in offsets:
@@ -98,5 +103,4 @@ class AtomicAckStore(StoreBase):
             if settling is not None:  # every row passed the fence: each is acked by this transaction
                 tokens = [t for (p, o), t in settling.tokens.items() if p == partition and o in retry_of]
                 report(settling, cursor, tokens)
-            history.count(self, cursor, group, topic, {partition: history.Tally(handled=len(offsets))})
         return new if moved else None

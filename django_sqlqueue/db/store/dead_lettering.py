@@ -56,6 +56,9 @@ class DeadLetteringStore(StoreBase):
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             if not self.lock_held(cursor, group, topic, name, [message.partition]):
                 return False
+            # The running totals (lease, watermark, deliveries: the lock order); taken back
+            # below if a retry of this transaction finds the delivery acked already.
+            history.add_totals(self, cursor, group, topic, message.partition, failed=1, dead_lettered=1)
             metadata = dead_letter_metadata(
                 original_metadata,
                 group=group,
@@ -82,11 +85,9 @@ class DeadLetteringStore(StoreBase):
                 f"AND {self.P} = %s AND message_offset = %s AND acked = FALSE",
                 [group, topic, message.partition, message.offset],
             )
-            acked = cursor.rowcount
+            if not cursor.rowcount:
+                history.add_totals(self, cursor, group, topic, message.partition, failed=-1, dead_lettered=-1)
             report(settling, cursor, (), claimed)
-            if acked:  # not when a retry of this transaction finds it done already
-                tally = history.Tally(failed=1, dead_lettered=1)
-                history.count(self, cursor, group, topic, {message.partition: tally})
         return True
 
 

@@ -1,25 +1,33 @@
-"""The console's per-minute history (``queue_history``): its owner.
+"""The console's per-minute history (``queue_history``): its owner, and the running totals it samples.
 
-Counts are written by the transactions that already happen, through :func:`count` on their
-cursor (the acks, nacks and dead letters of ``acks.py`` and ``atomic_acks.py``; the
-sequencer's round counts what it published through the dialect's ``count_published``).
-:class:`HistoryStore` writes the workers' lag samples, prunes old minutes and reads the
-series the console draws. The statements and their locks are ``db/dialects/history.py``'s.
+**Counted where the work commits.** Each group's watermark row of a partition
+(``queue_offsets``) carries running totals of its outcomes, added by the transactions that
+commit them: the ack's watermark move (``acks.move_watermark``: no statement of its own on
+the happy path), a flagging ack, a nack, a dead letter (:func:`add_totals`, after the lease
+and on the watermark row, so the lock order stays lease, watermark, deliveries). Only the
+lease holder writes a partition's row: writers never share a counter.
+
+**Sampled per minute.** :meth:`HistoryStore.sample` reads every (group, topic)'s totals, the
+heads of its partitions (``published``: what the sequencer numbered) and its lag, and stores
+them under the current minute (``db/dialects/history.py``). The workers' collector calls it
+every few seconds; a minute keeps its last sample. The console turns consecutive samples
+into per-minute figures (``ops/history.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...conf import get_settings
-from ...models import HISTORY_SLOTS
 from .base import StoreBase
-from .reports import PartitionLag
+from .reports import ReportStore, lag
 
 #: Seconds in a minute, the history's resolution.
 MINUTE = 60
+#: The running totals of ``queue_offsets`` (``<name>_total``), as :func:`add_totals` takes them.
+OUTCOMES = ("handled", "failed", "retried", "dead_lettered")
 
 
 def enabled() -> bool:
@@ -27,48 +35,26 @@ def enabled() -> bool:
     return get_settings().HISTORY_RETENTION > 0
 
 
-@dataclass
-class Tally:
-    """What one write settles, per partition: the history's counters (``COUNTERS``)."""
+def add_totals(store: StoreBase, cursor: Any, group: str, topic: str, partition: int, **counts: int) -> None:
+    """Add ``counts`` (``handled=``, ``failed=``, ``retried=``, ``dead_lettered=``; negative to
+    take back) to the running totals of the group's watermark row, on ``cursor``.
 
-    handled: int = 0
-    failed: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-
-
-def count(store: StoreBase, cursor: Any, group: str, topic: str, tallies: Mapping[int, Tally]) -> None:
-    """Add ``tallies`` (per partition) to this minute's rows of (group, topic), on ``cursor``.
-
-    Call it last in the write's transaction, just before COMMIT (the counter rows are then
-    locked for one statement and the commit; see ``db/dialects/history.py``). Nothing when
-    the history is off or nothing was counted.
+    Exclusively locks that row until the caller's transaction ends: call it where the lock
+    order allows (after the lease, before the deliveries), or on a row the transaction has
+    locked already. Nothing when the history is off or nothing is counted.
     """
-    if not tallies or not enabled():
+    sets = [f"{name}_total = {name}_total + %s" for name in OUTCOMES if counts.get(name)]
+    if not sets or not enabled():
         return
-    rows: dict[tuple[str, str, int], list[int]] = {}
-    for partition, t in tallies.items():
-        if not (t.handled or t.failed or t.retried or t.dead_lettered):
-            continue
-        row = rows.setdefault((group, topic, partition % HISTORY_SLOTS), [0, 0, 0, 0])
-        row[0] += t.handled
-        row[1] += t.failed
-        row[2] += t.retried
-        row[3] += t.dead_lettered
-    store.dialect.count_history(cursor, rows)
-
-
-def handled(keys: Iterable[tuple[int, Any]]) -> dict[int, Tally]:
-    """Tallies of acked (partition, offset) keys: one handled message each."""
-    out: dict[int, Tally] = {}
-    for partition, _ in keys:
-        out.setdefault(partition, Tally()).handled += 1
-    return out
+    cursor.execute(
+        f"UPDATE queue_offsets SET {', '.join(sets)} WHERE consumer_group = %s AND topic = %s AND {store.P} = %s",
+        [*(counts[name] for name in OUTCOMES if counts.get(name)), group, topic, partition],
+    )
 
 
 @dataclass(frozen=True)
-class MinuteRow:
-    """One minute (or bucket of minutes) of a (group, topic): the counters and the lag."""
+class Sample:
+    """A (group, topic)'s running totals and lag at a minute's last sample."""
 
     minute: int
     published: int
@@ -76,12 +62,11 @@ class MinuteRow:
     failed: int
     retried: int
     dead_lettered: int
-    #: The last sample of the bucket (None: no worker sampled it).
-    lag: int | None
+    lag: int
 
 
 class HistoryStore(StoreBase):
-    """Lag samples, pruning and reads of ``queue_history``."""
+    """Samples, pruning and reads of ``queue_history``."""
 
     def now_minute(self) -> int:
         """The database clock's minute (minutes since the epoch)."""
@@ -89,70 +74,55 @@ class HistoryStore(StoreBase):
         ((minute,),) = self._fetchall(f"SELECT {d.minute_sql(d.now_sql)}", [])
         return int(minute)
 
-    def record_lags(self, lags: Iterable[PartitionLag]) -> int:
-        """Store this minute's lag of every (group, topic) in ``lags`` (summed over its
-        partitions); return the pairs written. Autocommit, one upsert."""
-        totals: dict[tuple[str, str], int] = {}
-        for p in lags:
-            totals[(p.group, p.topic)] = totals.get((p.group, p.topic), 0) + p.lag
+    def sample(self) -> int:
+        """Store every (group, topic)'s totals and lag under the current minute; return the
+        pairs stored. Two plain reads (the totals with the heads; the unsequenced messages
+        per partition, as ``reports.lags`` reads them) and one upsert, autocommit."""
+        P = self.P
+        rows = self._fetchall(
+            f"SELECT o.consumer_group, o.topic, o.{P}, o.offset_acked, p.head_offset, o.handled_total, "
+            "o.failed_total, o.retried_total, o.dead_lettered_total FROM queue_offsets o "
+            f"JOIN queue_partitions p ON p.topic = o.topic AND p.{P} = o.{P}",
+            [],
+        )
+        if not rows:
+            return 0
+        unsequenced = ReportStore.unsequenced(self, sorted({r[1] for r in rows}))  # type: ignore[arg-type]
+        totals: dict[tuple[str, str], list[int]] = {}
+        for group, topic, partition, acked, head, *outcomes in rows:
+            t = totals.setdefault((group, topic), [0] * 6)
+            t[0] += int(head)
+            for i, value in enumerate(outcomes, start=1):
+                t[i] += int(value)
+            t[5] += lag(int(head), int(acked), unsequenced.get((topic, int(partition)), 0))
         with self.connection.cursor() as cursor:
-            self.dialect.sample_lag(cursor, [(g, t, n) for (g, t), n in totals.items()])
+            self.dialect.store_sample(cursor, [(g, tp, t[:5], t[5]) for (g, tp), t in totals.items()])
         return len(totals)
 
     def prune_history(self, retention: float) -> int:
         """Delete the minutes older than ``retention`` seconds (the database clock); return
-        the rows deleted. A range of the ``minute`` index below every row the counters touch."""
+        the rows deleted. A range of the ``minute`` index, below every row a sample writes."""
         cutoff = self.now_minute() - int(retention // MINUTE)
         return self._execute("DELETE FROM queue_history WHERE minute < %s", [cutoff])
 
-    def history_rows(
-        self, pairs: Sequence[tuple[str, str]], since: int, step: int, until: int | None = None
-    ) -> dict[tuple[str, str], list[MinuteRow]]:
-        """The buckets of ``step`` minutes from minute ``since`` on, per (group, topic) of
-        ``pairs``: each group's counters, its topic's ``published``, its last lag sample.
-
-        Two grouped reads of the primary key's ranges (one per group and topic, and one of
-        the topics' own rows), then the buckets are joined here. Minutes without a row have
-        no bucket (the caller fills them).
-        """
+    def samples(self, pairs: Sequence[tuple[str, str]], since: int, until: int) -> dict[tuple[str, str], list[Sample]]:
+        """The samples of each (group, topic) of ``pairs`` with ``since <= minute < until``, in
+        minute order: one range of the primary key per pair."""
         if not pairs:
             return {}
-        d = self.dialect
-        top = until if until is not None else 2**62
-        keys = sorted(set(pairs)) + sorted({("", t) for _, t in pairs})
-        where = " OR ".join(["(consumer_group = %s AND topic = %s)"] * len(keys))
-        params: list[Any] = [x for k in keys for x in k]
-        bucket = f"(minute - (minute %% {int(step)}))"
-        sums = ", ".join(f"SUM({d.qn(c)})" for c in ("published", "handled", "failed", "retried", "dead_lettered"))
+        wanted = sorted(set(pairs))
+        where = " OR ".join(["(consumer_group = %s AND topic = %s)"] * len(wanted))
+        qn = self.dialect.qn
         rows = self._fetchall(
-            f"SELECT consumer_group, topic, {bucket} AS b, {sums} FROM queue_history "
-            f"WHERE ({where}) AND minute >= %s AND minute < %s GROUP BY consumer_group, topic, b",
-            [*params, since, top],
+            f"SELECT consumer_group, topic, minute, {qn('published')}, handled, failed, retried, dead_lettered, lag "
+            f"FROM queue_history WHERE ({where}) AND minute >= %s AND minute < %s "
+            "ORDER BY consumer_group, topic, minute",
+            [*(x for pair in wanted for x in pair), since, until],
         )
-        # The bucket's lag is its last sampled minute's: slot 0 rows with a lag, newest last.
-        lag_rows = self._fetchall(
-            f"SELECT consumer_group, topic, minute, lag FROM queue_history WHERE ({where}) "
-            "AND minute >= %s AND minute < %s AND slot = 0 AND lag IS NOT NULL ORDER BY minute",
-            [*params, since, top],
-        )
-        lags: dict[tuple[str, str, int], int] = {}
-        for g, t, minute, value in lag_rows:
-            lags[(g, t, int(minute) - int(minute) % step)] = int(value)
-        counts: dict[tuple[str, str, int], tuple[int, ...]] = {
-            (g, t, int(b)): tuple(int(v or 0) for v in vals) for g, t, b, *vals in rows
-        }
-        out: dict[tuple[str, str], list[MinuteRow]] = {}
-        for g, t in sorted(set(pairs)):
-            counted = {b for (gg, tt, b) in counts if (gg, tt) in ((g, t), ("", t))}
-            buckets = sorted(counted | {b for (gg, tt, b) in lags if (gg, tt) == (g, t)})
-            series = []
-            for b in buckets:
-                mine = counts.get((g, t, b), (0, 0, 0, 0, 0))
-                topic_row = counts.get(("", t, b), (0, 0, 0, 0, 0))
-                done, failed, retried, dead = mine[1:5]
-                series.append(MinuteRow(b, topic_row[0], done, failed, retried, dead, lags.get((g, t, b))))
-            out[(g, t)] = series
+        out: dict[tuple[str, str], list[Sample]] = {pair: [] for pair in wanted}
+        for group, topic, *values in rows:
+            out[(group, topic)].append(Sample(*(int(v) for v in values)))
         return out
 
 
-__all__ = ["MINUTE", "HistoryStore", "MinuteRow", "Tally", "count", "enabled", "handled"]
+__all__ = ["MINUTE", "OUTCOMES", "HistoryStore", "Sample", "add_totals", "enabled"]

@@ -8,11 +8,11 @@ counters older than ``STATS_RETENTION`` (every topic's, one index range, usually
 two workers' passes may delete the same rows, the second then waits for the first and
 finds nothing; and the console's per-minute history older than ``HISTORY_RETENTION``.
 
-It also samples the lag of every consumer group on every topic into the current minute
-of the history (``db/store/history.py``) every ``LAG_SAMPLE_INTERVAL`` seconds: every
-group's, not only the ones this worker serves, so a group whose workers all died still
-shows its growing lag while any worker runs. Several workers' samples of one minute
-overwrite each other (the minute keeps its last), they do not add up.
+It also samples every consumer group's running totals and lag on every topic into the
+current minute of the history (``db/store/history.py``) every ``LAG_SAMPLE_INTERVAL``
+seconds: every group's, not only the ones this worker serves, so a group whose workers all
+died still shows its growing lag while any worker runs. Several workers' samples of one
+minute meet on the same rows (the minute keeps its last), they do not add up.
 
 It runs on the poll loop's thread, between polls, on the poll loop's connection: not on
 the lease keeper's, so a long delete never delays a lease renewal, and not on a thread
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 #: Heartbeat rows not renewed for this long are deleted (the group stays known through
 #: its watermark rows).
 FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
-#: Seconds between a worker's lag samples (a minute's last sample is its lag).
+#: Seconds between a worker's history samples (a minute keeps its last).
 LAG_SAMPLE_INTERVAL = 20.0
 
 
@@ -77,10 +77,10 @@ class GarbageCollector:
             self.run()
 
     def sample_lags(self) -> int:
-        """Write every (group, topic)'s lag into this minute's history; return the pairs written."""
+        """Write every (group, topic)'s totals and lag into this minute's history; return the pairs written."""
         store = self.store
         try:
-            return self.db("sample lags", lambda: store.record_lags(store.lags(store.consumer_pairs())))
+            return self.db("sample history", store.sample)
         except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
             self.outage.failure(logger, exc, "sampling the lags for the history failed")
             close_quietly(store.using)

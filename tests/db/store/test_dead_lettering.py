@@ -7,7 +7,7 @@ import pytest
 
 from django_sqlqueue import publish
 from django_sqlqueue.db.store.dead_lettering import DeadLetteringStore
-from django_sqlqueue.models import HISTORY_SLOTS, HistoryMinute, Message
+from django_sqlqueue.models import ConsumerOffset, Message
 
 from ...support.engine_helpers import db_now, fetch_fresh, key_for_partition, row, sequence, store
 from .helpers import A, G, T, deliver
@@ -20,6 +20,7 @@ def test_dead_letter_copies_to_the_dlq_and_acks_for_the_group_only():
     original = publish(T, {"n": 1}, key=key, id="o-1", metadata={"trace": "x"})
     sequence(T)
     s = store()
+    s.ensure_offsets(G, T, [A])  # as a worker has: the running totals live on the watermark row
     deliver(A, [1])
     deliver(A, [1], group="analytics")
     (m,) = fetch_fresh(G, T, A)
@@ -28,9 +29,9 @@ def test_dead_letter_copies_to_the_dlq_and_acks_for_the_group_only():
     after = db_now()
     # A retried call: no second copy, the first one is kept as it is.
     assert s.dead_letter(G, T, "w1", m, dlq_topic="orders_dlq", attempts=3, error="again")
-    # ... and counted once in the minute's history (one failure, one dead letter).
-    (h,) = HistoryMinute.objects.filter(consumer_group=G, topic=T)
-    assert (h.slot, h.failed, h.dead_lettered, h.handled, h.retried) == (A % HISTORY_SLOTS, 1, 1, 0, 0)
+    # ... and counted once in the group's running totals (one failure, one dead letter).
+    w = ConsumerOffset.objects.get(consumer_group=G, topic=T, partition=A)
+    assert (w.failed_total, w.dead_lettered_total, w.handled_total, w.retried_total) == (1, 1, 0, 0)
 
     (dl,) = Message.objects.filter(topic="orders_dlq")
     stored = Message.objects.get(topic=T, partition=A, offset=1)
