@@ -21,7 +21,7 @@ from .base import NotFound, OperationError
 from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
 from .health import Health, Thresholds, check_health, configured_thresholds, dead_letter_cap, overview_problems
-from .history import Point, Series, Summary, group_history, histories, summarize
+from .history import Point, Series, Summary, group_history, group_summary, histories, summarize
 from .leases import list_deliveries, list_leases, list_subscribers, release_lease
 from .messages import MessageFilter, browse, get_message
 from .overview import Overview, consumer_atomic, overview
@@ -59,6 +59,7 @@ __all__ = [
     "get_message",
     "group_history",
     "group_offsets",
+    "group_summary",
     "histories",
     "list_dead_letters",
     "list_deliveries",

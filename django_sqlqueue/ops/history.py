@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..db.store.history import MINUTE, Sample
 from .base import OperationError, store
@@ -29,6 +29,8 @@ WINDOWS: dict[str, tuple[int, int]] = {"1h": (60, 1), "24h": (24 * 60, 15), "7d"
 MAX_PAIRS = 200
 #: Minutes before a window read for its first sample's baseline.
 LOOKBACK = 60
+#: Minutes of samples the summary's trend (catching up or falling behind) is taken over.
+TREND_MINUTES = 15
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ def group_history(group: str, topic: str, window: str = "1h", *, using: str | No
 
 
 def summarize(series: Series) -> Summary:
-    """Since when the group is behind and how fast the lag moves, from ``series`` alone."""
+    """Since when the group is behind (within ``series``) and how fast the lag moves, from
+    ``series`` alone: the trend is the lag's change over its last ``TREND_MINUTES``."""
     sampled = [p for p in series.points if p.lag is not None]
     if not sampled:
         return Summary(None, None, None, None)
@@ -185,8 +188,10 @@ def summarize(series: Series) -> Summary:
             if not p.lag:
                 break
             behind_since = p.at
-    # The trend over the last quarter of the window's samples (at least two samples).
-    tail = _tail(sampled)
+    cutoff = sampled[-1].at - dt.timedelta(minutes=TREND_MINUTES)
+    tail = [p for p in sampled if p.at >= cutoff]
+    if len(tail) < 2:
+        tail = sampled[-2:]
     trend = None
     if len(tail) >= 2:
         minutes = (tail[-1].at - tail[0].at).total_seconds() / MINUTE
@@ -196,10 +201,19 @@ def summarize(series: Series) -> Summary:
     return Summary(lag, behind_since, trend, to_zero)
 
 
-def _tail(sampled: Sequence[Point]) -> Sequence[Point]:
-    if not sampled:
-        return sampled
-    span = sampled[-1].at - sampled[0].at
-    cutoff = sampled[-1].at - span / 4
-    tail = [p for p in sampled if p.at >= cutoff]
-    return tail if len(tail) >= 2 else sampled[-2:]
+def group_summary(group: str, topic: str, *, hour: Series | None = None, using: str | None = None) -> Summary:
+    """The operator's answer for ``group`` on ``topic``: the lag and its trend over the last
+    minutes (from the last hour, ``hour`` if already read), and since when it is behind,
+    looked up over 24 h and then 7 days when it has been behind for the whole shorter window."""
+    hour = hour if hour is not None else group_history(group, topic, "1h", using=using)
+    summary = summarize(hour)
+    shorter = hour
+    for window in ("24h", "7d"):
+        first = next((p.at for p in shorter.points if p.lag is not None), None)
+        if summary.behind_since is None or first is None or summary.behind_since > first:
+            break
+        shorter = group_history(group, topic, window, using=using)
+        longer = summarize(shorter).behind_since
+        if longer is not None and longer < summary.behind_since:
+            summary = replace(summary, behind_since=longer)
+    return summary

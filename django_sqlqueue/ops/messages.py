@@ -6,25 +6,27 @@ Never ``COUNT(*)`` over the table and never a ``DISTINCT`` scan: a page is the n
 narrows the read to its partition (keys are hashed to partitions), and a time bound is
 turned into a ``seq`` bound by a binary search over the primary key (``seq`` and
 ``published_at`` grow together: both are taken when the row is inserted).
+
+A payload field (``field="customer.id", value="c-7"``) has no index at all: it is searched
+only within a time window, by default the last hour and at most a day (``ops/search.py``),
+so the database reads that window's ``seq`` range and no more.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db.models import QuerySet
 
 from ..conf import get_settings
+from ..db.dialects.json_search import JsonScalar
 from ..models import Message
 from ..rules.partitioning import partition_for
 from .base import NotFound, OperationError, alias, store
-
-#: The last time a datetime can hold: a "before" bound there has no time after it.
-_LAST = dt.datetime.max.replace(tzinfo=dt.UTC)
-#: Rows of slack around a seq bound found by time: concurrent inserts may commit their
-#: published_at slightly out of seq order.
-TIME_SLACK = 1000
+from .previews import Cut, cut_columns, read_cut
+from .search import check_value, field_path, payload_equals, value_text, window, within
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,36 @@ class MessageFilter:
     #: Published at or after / at or before.
     after: dt.datetime | None = None
     before: dt.datetime | None = None
+    #: A payload field, as a dotted path of keys (``order_id``, ``customer.id``), and the JSON
+    #: scalar it must equal (typed: ``42`` is not ``"42"``; ``None`` is JSON ``null``).
+    field: str | None = None
+    value: JsonScalar = None
+
+    def __post_init__(self) -> None:
+        if self.field is not None:
+            field_path(self.field)
+            check_value(self.value)
 
     def as_query(self) -> dict[str, str]:
         """The filter as GET parameters (for links)."""
         out = {}
-        for name in ("topic", "partition", "key", "id", "after", "before"):
+        for name in ("topic", "partition", "key", "id", "after", "before", "field"):
             value = getattr(self, name)
             if value not in (None, ""):
                 out[name] = value.isoformat() if isinstance(value, dt.datetime) else str(value)
+        if self.field:
+            out["value"] = value_text(self.value)
         return out
+
+    def resolved(self, now: dt.datetime | None = None) -> MessageFilter:
+        """This filter with the time window a payload search reads made explicit (no search: itself).
+
+        Pages and their "older" links then read the same window, wherever "now" has moved.
+        """
+        if not self.field:
+            return self
+        after, before = window(self.after, self.before, now)
+        return MessageFilter(self.topic, self.partition, self.key, self.id, after, before, self.field, self.value)
 
 
 @dataclass(frozen=True)
@@ -52,27 +75,9 @@ class Page:
     items: list[Message] = field(default_factory=list)
     #: Pass as ``cursor`` for the next (older) page; None on the last page.
     next_cursor: int | None = None
-
-
-def _seq_bound(when: dt.datetime, using: str) -> int | None:
-    """The smallest seq whose published_at is at or after ``when`` (None if none).
-
-    A bisection over the primary key: about 2 * log2(rows) single-row index reads.
-    """
-    qs = Message.objects.using(using)
-    low = qs.order_by("seq").values_list("seq", flat=True).first()
-    high = qs.order_by("-seq").values_list("seq", flat=True).first()
-    best = None
-    while low is not None and high is not None and low <= high:
-        mid = (low + high) // 2
-        row = qs.filter(seq__gte=mid, seq__lte=high).order_by("seq").values_list("seq", "published_at").first()
-        if row is None:
-            high = mid - 1
-        elif row[1] >= when:
-            best, high = row[0], mid - 1
-        else:
-            low = row[0] + 1
-    return best
+    #: With ``browse(preview=True)``: the start of each item's payload (``items[i].payload``
+    #: is then not loaded).
+    previews: list[Cut] = field(default_factory=list)
 
 
 def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
@@ -81,6 +86,12 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
         raise OperationError("filtering by message id needs a topic (ids are unique per topic).")
     if f.partition is not None and not f.topic:
         raise OperationError("filtering by partition needs a topic.")
+    after, before = f.after, f.before
+    if f.field:
+        # Checked before any query: a search outside its window would read the whole log.
+        path = field_path(f.field)
+        after, before = window(after, before)
+        qs = qs.filter(payload_equals(path, check_value(f.value), using))
     if f.topic:
         qs = qs.filter(topic=f.topic)
     if f.id:
@@ -95,31 +106,35 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
             partition = partition_for(f.key, count)
     if partition is not None:
         qs = qs.filter(partition=partition)
-    if f.after is not None:
-        qs = qs.filter(published_at__gte=f.after)
-        bound = _seq_bound(f.after, using)
-        if bound is None:
-            return qs.none()
-        qs = qs.filter(seq__gte=max(0, bound - TIME_SLACK))
-    if f.before is not None:
-        qs = qs.filter(published_at__lte=f.before)
-        # The first seq after ``before`` (none after the last representable time).
-        bound = _seq_bound(f.before + dt.timedelta(microseconds=1), using) if f.before < _LAST else None
-        if bound is not None:
-            qs = qs.filter(seq__lt=bound + TIME_SLACK)
-    return qs
+    if after is not None:
+        qs = qs.filter(published_at__gte=after)
+    if before is not None:
+        qs = qs.filter(published_at__lte=before)
+    return within(qs, after, before, using)
 
 
-def browse(f: MessageFilter, *, cursor: int | None = None, limit: int = 50, using: str | None = None) -> Page:
-    """The newest ``limit`` messages matching ``f`` with ``seq < cursor``."""
+def browse(
+    f: MessageFilter, *, cursor: int | None = None, limit: int = 50, preview: bool = False, using: str | None = None
+) -> Page:
+    """The newest ``limit`` messages matching ``f`` with ``seq < cursor``.
+
+    A payload search (``f.field``) reads only its time window (module docstring); a window
+    wider than ``ops.search.MAX_WINDOW``, or a bad field path or value, raises
+    :class:`~django_sqlqueue.ops.base.OperationError` before any query. With ``preview``, the
+    payloads are not loaded: ``Page.previews`` has the start of each (cut by the database)
+    with its length and size in bytes.
+    """
     using = alias(using)
     qs = filtered(f, using)
     if cursor is not None:
         qs = qs.filter(seq__lt=cursor)
-    rows = list(qs.order_by("-seq")[: limit + 1])
+    if preview:
+        qs = qs.defer("payload").annotate(**cut_columns("payload", "payload", size=True))
+    rows: list[Any] = list(qs.order_by("-seq")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    return Page(rows, rows[-1].seq if more and rows else None)
+    previews = [read_cut(m, "payload", compact=True) for m in rows] if preview else []
+    return Page(rows, rows[-1].seq if more and rows else None, previews)
 
 
 def get_message(seq: int, using: str | None = None) -> Message:

@@ -240,6 +240,7 @@ def _run_matching(
 ) -> BulkResult:
     size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
     using = alias(using)
+    f = f.resolved()  # a payload search's window fixed once: every batch reads the same one
     total = BulkResult(action, 0, dry_run=dry_run)
     for batch in _matching_seqs(f, size, using):
         r = _run(action, batch, actor, size, dry_run, using, on_batch, done_before=total.done)

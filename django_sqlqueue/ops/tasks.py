@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Case, F, Q, QuerySet, TextField, Value, When
-from django.db.models.functions import Cast, Left, Length
+from django.db.models.functions import Cast, Length
 
 from ..conf import get_settings
 from ..models import Message
@@ -33,6 +33,8 @@ from ..rules.dlq import parse_dead_letter_id
 from ..rules.limits import MAX_LIST_LIMIT, MAX_MESSAGE_ID_LENGTH
 from ..task_models import TaskResultRecord
 from .base import NotFound, OperationError, alias, check_count
+from .previews import LIST_PREVIEW_LENGTH as LIST_PREVIEW_LENGTH  # re-exported: the tasks' tests use it
+from .previews import Cut, cut_columns, read_cut
 from .replay import BulkResult, OnBatch, replay
 from .topics import log_topics
 
@@ -41,8 +43,6 @@ STATUSES = ("READY", "RUNNING", "FAILED", "SUCCESSFUL", "CANCELLED")
 FINISHED = ("FAILED", "SUCCESSFUL", "CANCELLED")
 #: A cancelled task is FAILED with this error last (``cancel_task``, ``tasks/cancel.py``).
 CANCELLED_ERROR = "django_sqlqueue.exceptions.TaskCancelled"
-#: Characters of ``args``/``kwargs``/``return_value`` (as JSON) a list row holds.
-LIST_PREVIEW_LENGTH = 200
 #: A list row holds its ``errors`` (as JSON) only up to this many characters.
 LIST_ERRORS_LENGTH = 20_000
 #: Keys under which a task's message payload names its batch (``tasks/batch_members.BATCH_KEY``).
@@ -65,19 +65,6 @@ class TaskFilter:
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.as_query().items()) or "all tasks"
-
-
-@dataclass(frozen=True)
-class Cut:
-    """The start of a JSON column, as the database cut it."""
-
-    text: str
-    #: Characters of the whole value as stored JSON text.
-    length: int
-
-    @property
-    def cut(self) -> bool:
-        return self.length > len(self.text)
 
 
 @dataclass(frozen=True)
@@ -151,11 +138,7 @@ def matching(f: TaskFilter, using: str | None = None) -> QuerySet[TaskResultReco
 
 def _bounded(qs: QuerySet[TaskResultRecord]) -> QuerySet[TaskResultRecord]:
     """The list's columns: the JSON columns cut by the database (module docstring)."""
-    cut: dict[str, Any] = {}
-    for name in ("args", "kwargs"):
-        text = Cast(name, TextField())
-        cut[f"{name}_head"] = Left(text, LIST_PREVIEW_LENGTH)
-        cut[f"{name}_length"] = Length(text)
+    cut = {**cut_columns("args", "args"), **cut_columns("kwargs", "kwargs")}
     errors = Cast("errors", TextField())
     small = Case(
         When(errors_length__lte=LIST_ERRORS_LENGTH, then=errors), default=Value(None), output_field=TextField()
@@ -179,8 +162,8 @@ def _row(r: Any) -> TaskRow:
         started_at=r.started_at,
         finished_at=r.finished_at,
         attempts=len(r.worker_ids or []),
-        args=Cut(r.args_head or "", r.args_length or 0),
-        kwargs=Cut(r.kwargs_head or "", r.kwargs_length or 0),
+        args=read_cut(r, "args"),
+        kwargs=read_cut(r, "kwargs"),
         errors=errors if isinstance(errors, list) else None,
         cancel_requested=r.cancel_requested_at is not None,
     )

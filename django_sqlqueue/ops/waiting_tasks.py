@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, TextField
+from django.db.models import Q
 from django.db.models.fields.json import KT, KeyTransform
-from django.db.models.functions import Cast, Left, Length
 from django.utils import timezone
 
 from ..conf import get_settings
@@ -45,8 +44,8 @@ from ..models import ConsumerOffset, DeliveryState, Message, Partition, Topic
 from ..rules.limits import MAX_LIST_LIMIT
 from ..task_models import TaskResultRecord
 from .base import OperationError, alias, check_count
+from .previews import Cut, cut_columns, read_cut
 from .task_cancel import _backends
-from .tasks import LIST_PREVIEW_LENGTH, Cut
 
 #: A page examines at most this many messages per row it shows (module docstring).
 SCAN_FACTOR = 10
@@ -135,8 +134,7 @@ def _columns(qs: Any) -> Any:
     """The row's columns, with ``args``/``kwargs`` cut by the database (never the whole payload)."""
     cut: dict[str, Any] = {"task_path": KT("payload__task"), "meta_task": KT("metadata__task")}
     for name in ("args", "kwargs"):
-        text = Cast(KeyTransform(name, "payload"), TextField())
-        cut[f"{name}_head"], cut[f"{name}_length"] = Left(text, LIST_PREVIEW_LENGTH), Length(text)
+        cut.update(cut_columns(KeyTransform(name, "payload"), name))
     return qs.defer("payload", "metadata", "last_error").annotate(**cut)
 
 
@@ -278,8 +276,8 @@ def _keep(batch: list[Any], topics: dict[str, TaskTopic], using: str) -> list[Wa
                 topic=m.topic,
                 partition=m.partition,
                 offset=m.offset,
-                args=Cut(m.args_head or "", m.args_length or 0),
-                kwargs=Cut(m.kwargs_head or "", m.kwargs_length or 0),
+                args=read_cut(m, "args"),
+                kwargs=read_cut(m, "kwargs"),
                 enqueued_at=m.created_at,
                 run_after=m.deliver_at if m.deliver_at > now else None,
                 cancel_requested=rows.get(m.id) is not None,

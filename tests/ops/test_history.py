@@ -122,3 +122,20 @@ def test_many_pairs_at_once_and_the_bound():
     assert {pair: got[pair].points[-1].handled for pair in pairs} == {(g, t): int(g[1:]) for g, t in pairs}
     with pytest.raises(ops.OperationError, match="at most 200"):
         ops.histories([(f"g{i}", "t") for i in range(201)])
+
+
+def test_the_groups_answer_looks_back_past_the_hour_when_it_was_behind_all_of_it():
+    now = now_minute()
+    for age in range(200, -1, -1):  # behind since 180 minutes ago, catching up by 10/min lately
+        lag = 0 if age > 180 else 5000 - max(0, 30 - age) * 10
+        sample("g", "long", now - age, lag=lag)
+    summary = ops.group_summary("g", "long")
+    since = dt.datetime.fromtimestamp(now * 60, dt.UTC) - summary.behind_since
+    assert dt.timedelta(minutes=180) <= since <= dt.timedelta(minutes=195)  # the 24 h view's 15-minute buckets
+    assert summary.trend_per_minute == pytest.approx(-10) and summary.minutes_to_zero == pytest.approx(470)
+    # Behind for a part of the hour only: the hour says since when, to the minute.
+    for age in range(25, -1, -1):
+        sample("g", "short", now - age, lag=0 if age > 18 else 100)
+    short = ops.group_summary("g", "short")
+    assert short.behind_since == dt.datetime.fromtimestamp((now - 18) * 60, dt.UTC)
+    assert short.trend_per_minute == 0 and "not catching up" in short.describe()
