@@ -131,7 +131,28 @@ def load() -> None:
         )
 
 
-def timed(fn: Callable[[], object], repeat: int = 7) -> float:
+def load_action_log(user_id: int) -> None:
+    """100,000 console audit entries over the last 30 days (pauses, resumes, seeks and replays
+    of the groups), as ``console.base.audit`` writes them."""
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connection
+
+    from django_sqlqueue.models import QueueConsole
+
+    ct = ContentType.objects.get_for_model(QueueConsole, for_concrete_model=False).id
+    group = "ELT(MOD(seq, 3) + 1, 'billing', 'shipping', 'retired')"
+    target = f"CONCAT('group ', {group}, ' on topic', MOD(seq, 10))"
+    verb = "ELT(MOD(seq, 3) + 1, 'Paused ', 'Resumed ', 'Paused ')"
+    with connection.cursor() as c:
+        c.execute(
+            "INSERT INTO django_admin_log (action_time, object_id, object_repr, action_flag, change_message, "
+            f"content_type_id, user_id) SELECT NOW(6) - INTERVAL (100000 - seq) * 26 SECOND, {target}, {target}, 2, "
+            f"CONCAT({verb}, {group}, ' on topic', MOD(seq, 10), ' (1 topic).'), {ct}, {int(user_id)} "
+            "FROM seq_1_to_100000"
+        )
+
+
+def timed(fn: Callable[[], object], repeat: int = 10) -> float:
     fn()  # warm up
     runs = []
     for _ in range(repeat):
@@ -152,7 +173,8 @@ def main() -> None:
     from django_sqlqueue.db.dialects import get_dialect
 
     setup_test_environment()
-    User.objects.create_superuser("bench", "b@example.com", "pw")
+    user = User.objects.create_superuser("bench", "b@example.com", "pw")
+    load_action_log(user.pk)
     client = Client()
     client.login(username="bench", password="pw")
     base = "/admin/django_sqlqueue/queueconsole"

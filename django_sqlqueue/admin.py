@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
+from .console.actionlog import ActionLogPage
 from .console.actions import Views
 from .console.base import VIEW, has, refuse_nul, refuse_oversized
 from .models import QueueConsole
@@ -75,6 +76,7 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("tasks/batches/", views.batches, "task_batches"),
             ("tasks/schedules/", views.schedules, "task_schedules"),
             ("tasks/result/<path:result_id>/", views.task, "task"),
+            ("actionlog/", ActionLogPage(self.admin_site).actionlog, "actionlog"),
         ]
         return [
             path(route, wrap(refuse_nul(refuse_oversized(view))), name=f"{name}_{suffix}")

@@ -36,6 +36,7 @@ def test_screenshots(live_server, monkeypatch):
         User.objects.create_superuser("ops", "ops@example.com", "pw")
         task_results()
         waiting_tasks()
+        history()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             for scheme, width, suffix in (("light", 1280, ""), ("dark", 390, "-dark-narrow")):
@@ -48,12 +49,13 @@ def test_screenshots(live_server, monkeypatch):
                 shots = {
                     "overview": "/",
                     "group": "/groups/billing/orders/",
+                    "group-24h": "/groups/billing/orders/?window=24h",
                     "deadletters": "/deadletters/",
                     "tasks": "/tasks/",
                     "tasks-waiting": "/tasks/waiting/",
                 }
                 for name, path in shots.items():
-                    if suffix and name != "overview":
+                    if suffix and name not in ("overview", "group"):
                         continue
                     page.goto(base + path)
                     page.wait_for_selector(".sq-tabs")
@@ -112,3 +114,40 @@ def waiting_tasks() -> None:
             created_at=now - dt.timedelta(minutes=3 - n),
             published_at=now - dt.timedelta(minutes=3 - n),
         )
+
+
+def history() -> None:
+    """A day of billing's and shipping's history on orders, simulated minute by minute: 120
+    messages a minute and a capacity of 180; failures 15 hours ago; a burst 10 hours ago that
+    billing works off; an hour without workers (nothing sequenced, nothing handled: a gap, then
+    the backlog at once); and a burst 45 minutes ago that billing is still catching up on."""
+    from django_sqlqueue.db.store import QueueStore
+    from django_sqlqueue.models import HistoryMinute
+
+    now = QueueStore("default").now_minute()
+    rows, arrived, published, handled, failed, dead = [], 0, 0, 0, 0, 0
+    for k in range(24 * 60, -1, -1):  # minutes ago, oldest first
+        arrived += 120 + (400 if 600 <= k < 640 else 0) + (200 if 25 <= k < 45 else 0)
+        if 300 <= k < 360:
+            continue  # no worker ran: nothing sequenced, handled or sampled (a gap)
+        published = arrived  # the workers' sequencer numbers what arrived
+        handled += min(published - handled, 180)
+        failed += 3 if 900 <= k < 930 else 0
+        dead += 1 if 900 <= k < 910 else 0
+        for group, g_handled, g_failed, g_dead in (
+            ("billing", handled, failed, dead),
+            ("shipping", published, 0, 0),
+        ):
+            rows.append(
+                HistoryMinute(
+                    consumer_group=group,
+                    topic="orders",
+                    minute=now - k,
+                    published=published,
+                    handled=g_handled,
+                    failed=g_failed,
+                    dead_lettered=g_dead,
+                    lag=published - g_handled,
+                )
+            )
+    HistoryMinute.objects.bulk_create(rows, batch_size=2000)

@@ -9,6 +9,7 @@ from django.utils.http import urlencode
 
 from .. import ops
 from ..exceptions import SQLQueueError
+from . import live
 from .auditing import audit_batches
 from .base import (
     audit,
@@ -17,6 +18,7 @@ from .base import (
     flash,
     next_url,
     parse_int,
+    parse_search,
     parse_time,
     pretty,
     preview,
@@ -54,6 +56,10 @@ class Views(Pages, TaskPages):
             rows = ops.group_offsets(group, topic)
         except ops.NotFound as exc:
             raise Http404(str(exc)) from exc
+        # The window's history, its summary and the action log's markers (console/live.py).
+        history = live.GroupHistory.load(request, group, topic)
+        if live.wants_json(request):
+            return live.group_json(request, rows, history)
         info = ops.list_groups(group, topic)
         return self.render(
             request,
@@ -65,6 +71,8 @@ class Views(Pages, TaskPages):
                 "info": info[0] if info else None,
                 "lag": sum(r.lag for r in rows),
                 "atomic": ops.consumer_atomic(group, topic),
+                "history": history,
+                "live_url": live.live_url(request),
             },
             tab="groups",
             title=f"Group {group} on {topic}",
@@ -178,15 +186,24 @@ class Views(Pages, TaskPages):
             error=data.get("error") or None,
             failed_after=parse_time(data.get("failed_after"), "failed after"),
             failed_before=parse_time(data.get("failed_before"), "failed before"),
-        )
+            key=data.get("key") or None,
+            id=data.get("id") or None,
+            text=data.get("text") or None,
+            **parse_search(data),
+        ).resolved()  # a payload search's window made explicit: confirmed and acted on as shown
 
     def deadletters(self, request: HttpRequest) -> HttpResponse:
         require(request)
         error, page, f = None, None, ops.DeadLetterFilter()
         try:
             f = self._dl_filter(request.GET)
-            page = ops.list_dead_letters(f, cursor=parse_int(request.GET.get("cursor"), "cursor"), limit=50)
+            if live.wants_json(request):  # the live count (console/live.py): no page read
+                return live.dead_letters_json(request, f, None)
+            cursor = parse_int(request.GET.get("cursor"), "cursor")
+            page = ops.list_dead_letters(f, cursor=cursor, limit=50, preview=True)
         except SQLQueueError as exc:
+            if live.wants_json(request):
+                return live.dead_letters_json(request, f, str(exc))
             error = str(exc)
         return self.render(
             request,
@@ -195,8 +212,12 @@ class Views(Pages, TaskPages):
                 "page": page,
                 "filter": request.GET,
                 "qs": urlencode(f.as_query()),
+                # The action form's filter: the one listed (a payload search's window made explicit).
+                "hidden": f.as_query().items(),
+                "searched": f if f.field else None,
                 "error": error,
                 "topics": sorted({t.topic for t in ops.list_topics() if not t.dead_letter_topic}),
+                **(live.dead_letters_context(request, f, page) if page else {}),
             },
             tab="deadletters",
             title="Dead letters",

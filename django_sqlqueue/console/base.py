@@ -21,6 +21,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from ..models import QueueConsole
 from ..ops import OperationError
 from ..ops.pausing import REASON_LENGTH
+from ..ops.search import parse_value
 from ..rules.limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_BIGINT, MESSAGE_ID_LENGTH, TOPIC_COLUMN_LENGTH
 from ..rules.timeparse import parse_time as parse_iso_time
 
@@ -50,6 +51,7 @@ TABS = [
     ("deadletters", "Dead letters"),
     ("topics", "Topics"),
     ("tasks", "Tasks"),
+    ("actionlog", "Action log"),
 ]
 
 #: Longest flash message: a message is stored in the session (or a cookie) until the next
@@ -293,6 +295,17 @@ def parse_time(value: str | None, what: str) -> dt.datetime | None:
         return parse_iso_time(value)
     except ValueError:
         raise OperationError(f"{what}: {value!r} is not a date and time (use YYYY-MM-DDTHH:MM[:SS], UTC).") from None
+
+
+def parse_search(data: Any) -> dict[str, Any]:
+    """A filter form's payload search: ``field`` and its ``value``, typed (``42``, ``"42"``, ``true``, ``null``)."""
+    name = (data.get("field") or "").strip()
+    if not name:
+        return {}
+    text = data.get("value") or ""
+    if not text:
+        raise OperationError('enter the value the payload field must equal (null for JSON null, "" for "").')
+    return {"field": name, "value": parse_value(text)}
 
 
 def parse_int(value: str | None, what: str, *, minimum: int | None = 0) -> int | None:

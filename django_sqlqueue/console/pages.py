@@ -10,6 +10,7 @@ from django.utils.http import urlencode
 from .. import ops
 from ..conf import get_settings
 from ..exceptions import SQLQueueError
+from . import live
 from .auditing import audit_batches
 from .base import (
     PREVIEW_LENGTH,
@@ -20,6 +21,7 @@ from .base import (
     fail,
     flash,
     parse_int,
+    parse_search,
     parse_time,
     pretty,
     preview,
@@ -39,11 +41,14 @@ class Pages(Console):
         thresholds = ops.configured_thresholds()
         data = ops.overview(cap=ops.dead_letter_cap(thresholds))
         health = ops.overview_problems(data, thresholds)
-        rows = [(g, [p for p in health if (p.group, p.topic) == (g.group, g.topic)]) for g in data.groups]
+        # Each row with its live key and last hour's sparkline: one history read (console/live.py).
+        rows, series = live.overview_rows(request, data, health)
+        if live.wants_json(request):
+            return live.overview_json(request, data, rows, series)
         return self.render(
             request,
             "overview.html",
-            {"o": data, "health": health, "thresholds": thresholds, "rows": rows},
+            {"o": data, "health": health, "thresholds": thresholds, "rows": rows, "live_url": live.live_url(request)},
             tab="overview",
             title="Queue overview",
         )
@@ -60,14 +65,15 @@ class Pages(Console):
                 id=g.get("id") or None,
                 after=parse_time(g.get("after"), "published after"),
                 before=parse_time(g.get("before"), "published before"),
-            )
-            page = ops.browse(f, cursor=parse_int(g.get("cursor"), "cursor"), limit=50)
+                **parse_search(g),
+            ).resolved()  # a payload search's window made explicit: the "older" pages read the same
+            page = ops.browse(f, cursor=parse_int(g.get("cursor"), "cursor"), limit=50, preview=True)
         except SQLQueueError as exc:
             f, error = ops.MessageFilter(), str(exc)
         query = f.as_query()
-        # Payloads are cut here, not by CSS: 50 payloads of MAX_PAYLOAD_BYTES would make a page
-        # of tens of megabytes (an escaped "&" is 5 bytes). The message's own page has it all.
-        rows = [(m, preview(m.payload)) for m in page.items] if page else []
+        # Payloads are cut by the database, not by CSS: 50 payloads of MAX_PAYLOAD_BYTES would
+        # make a page of tens of megabytes. The message's own page has it all.
+        rows = list(zip(page.items, page.previews, strict=True)) if page else []
         # Every known topic, not only those with messages now: with RETENTION 0 a topic whose
         # messages were all handled has none left, and it should stay one click away.
         topics = [t.topic for t in ops.list_topics()]
@@ -83,6 +89,7 @@ class Pages(Console):
                 "filter": g,
                 "error": error,
                 "qs": urlencode(query),
+                "searched": f if f.field else None,
                 "topics": topics,
                 "preview_length": PREVIEW_LENGTH,
                 "retention": retention,

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_sqlqueue import ops
+from django_sqlqueue.console.actionlog import ActionLogPage
 from django_sqlqueue.console.actions import Views
 from django_sqlqueue.console.pages import Pages
 from django_sqlqueue.console.tasks import TaskPages
@@ -142,7 +143,8 @@ def test_every_console_view_is_routed_and_checks_the_view_permission_itself(scen
     refuses a staff user without ``view_queue``, on GET and on POST, before it reads anything."""
     routed = {route.callback.__name__ for route in admin.site._registry[QueueConsole].get_urls()}
     pages, actions, tasks = view_names(Pages), view_names(Views), view_names(TaskPages)
-    assert pages | actions | tasks == routed and not pages & actions and not (pages | actions) & tasks
+    log = view_names(ActionLogPage)
+    assert pages | actions | tasks | log == routed and not pages & actions and not (pages | actions) & tasks
     staff = User.objects.create_user("staff-only", is_staff=True)
     views = Views(admin.site)
     for name in sorted(routed):
@@ -150,7 +152,8 @@ def test_every_console_view_is_routed_and_checks_the_view_permission_itself(scen
             request = getattr(RequestFactory(), method)("/x/", {"confirmed": "yes"} if method == "post" else {})
             request.user = staff
             with pytest.raises(PermissionDenied):
-                getattr(views, name)(request, *VIEW_ARGS.get(name, ()))
+                view = getattr(ActionLogPage(admin.site), name) if name in log else getattr(views, name)
+                view(request, *VIEW_ARGS.get(name, ()))
     assert not LogEntry.objects.exists() and ops.count_dead_letters() == len(scene.dead)
 
 
