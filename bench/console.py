@@ -41,7 +41,7 @@ def load_history(c) -> None:
     of ``queue_history``). The extra groups get watermark rows and heartbeats so that the
     overview lists all 20."""
     now = "TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', UTC_TIMESTAMP())"
-    age = f"(seq - {HISTORY_MINUTES})"  # minutes before now, negative
+    age = f"(CAST(seq AS SIGNED) - {HISTORY_MINUTES})"  # minutes before now, negative
     for i, g in enumerate(HISTORY_GROUPS):
         topic = f"topic{i % TOPICS}"
         c.execute(
@@ -196,6 +196,13 @@ def main() -> None:
         return run
 
     last = client.get(base + "/messages/?topic=topic3").context["page"].next_cursor
+    # Message seq n was published 2,000,000 - n seconds before the load: the hour around 999993.
+    import datetime as dt
+    from urllib.parse import urlencode
+
+    at = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(seconds=2_000_000 - 999_993)
+    window = {"after": at - dt.timedelta(minutes=30), "before": at + dt.timedelta(minutes=30)}
+    hour = urlencode({k: v.isoformat(timespec="seconds") for k, v in window.items()})
     pages = [
         (
             "overview",
@@ -244,10 +251,25 @@ def main() -> None:
             "-",
             "",
         ),
+        (
+            "messages, payload field (1 h)",
+            f"/messages/?topic=topic3&field=order&value=999993&{hour}",
+            "-",
+            "",
+        ),
+        ("dead letters, error text", "/deadletters/?text=failed+99", "-", ""),
+        ("dead letters, payload field", "/deadletters/?field=order&value=42", "-", ""),
+        ("dead letters, live JSON", "/deadletters/?format=json", "-", ""),
         ("groups", "/groups/", "-", ""),
-        ("group offsets", "/groups/billing/topic3/", "-", ""),
+        ("group, 1 h of history", "/groups/billing/topic0/", "-", ""),
+        ("group, 24 h of history", "/groups/billing/topic0/?window=24h", "-", ""),
+        ("group, 7 d of history", "/groups/billing/topic0/?window=7d", "-", ""),
+        ("group, live JSON", "/groups/billing/topic0/?format=json", "-", ""),
+        ("overview, live JSON", "/?format=json", "-", ""),
         ("leases", "/leases/", "-", ""),
         ("topics", "/topics/", "-", ""),
+        ("action log", "/actionlog/", "-", ""),
+        ("action log, one group", "/actionlog/?group=billing&topic=topic3", "-", ""),
     ]
     with connection.cursor() as c:
         c.execute("EXPLAIN " + get_dialect(connection).distinct_topics_sql)

@@ -124,7 +124,7 @@ def histories(
     last = now - now % step
     first = last - (minutes // step - 1) * step
     # The samples of the window, and the hour before it for the first one's baseline.
-    samples = s.samples(wanted, first - LOOKBACK, now + 1)
+    samples = s.samples(wanted, first - max(LOOKBACK, step), now + 1, step)
     out = {}
     for pair in wanted:
         buckets: dict[int, list[int]] = {}
