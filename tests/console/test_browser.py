@@ -54,8 +54,9 @@ def test_replay_a_dead_letter_from_the_browser(page, live_server, runconsumer): 
     worker, flag, dead = fail_then_replay_scenario(runconsumer)
     login(page, live_server)
     page.click("text=Queue console")
-    assert page.title().startswith("Queue overview")
+    # The click returns once the navigation starts: wait for the page before reading its title.
     page.wait_for_selector("#groups")
+    assert page.title().startswith("Queue overview")
     assert "c1" in page.inner_text("#groups") and "console.events" in page.inner_text("#groups")
     problems = page.inner_text("#problems")
     assert "topic console.handled is consumed by no group" in problems  # written by the handlers, read by none

@@ -38,6 +38,7 @@ def test_a_pause_shows_in_the_action_log_and_its_filters(page, live_server):  # 
     pause_from_the_group_page(page, live_server, "shipping", "incident")
     # The tab: both pauses, newest first, by the logged-in user.
     page.click("nav.sq-tabs >> text=Action log")
+    page.wait_for_selector("#actionlog")  # the click returns once the navigation starts
     assert page.title().startswith("Action log")
     rows = page.locator("#actionlog tbody tr")
     assert rows.count() == 2
@@ -46,11 +47,13 @@ def test_a_pause_shows_in_the_action_log_and_its_filters(page, live_server):  # 
     assert "Paused billing on orders (1 topic)." in first and "ops" in first and "pause" in first
     # The filter form: one group.
     page.fill("#actionlog-filters input[name=group]", "billing")
-    page.click("#actionlog-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("#actionlog-filters input[type=submit]")
     page.wait_for_selector("#actionlog-window")
     assert rows.count() == 1 and "Paused billing on orders" in rows.nth(0).inner_text()
     page.select_option("#actionlog-filters select[name=kind]", "seek")
-    page.click("#actionlog-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("#actionlog-filters input[type=submit]")
     page.wait_for_selector("#actionlog")
     assert "No action matches." in page.inner_text("#actionlog")
     # The group page's link opens the log filtered on that group and topic.

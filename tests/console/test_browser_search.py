@@ -40,18 +40,21 @@ def test_search_messages_by_a_payload_field(page, live_server):  # noqa: F811
     page.select_option("select[name=topic]", "shop")
     page.fill("input[name=field]", "order_id")
     page.fill("input[name=value]", "3")
-    page.click("form.sq-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("form.sq-filters input[type=submit]")
     page.wait_for_selector("#messages")
     ids = page.locator("#messages tbody tr td:nth-child(6)").all_inner_texts()
     assert sorted(ids) == ["s13", "s18", "s3", "s8"]  # the number 3, not the string "3"
     assert "order_id = 3" in page.inner_text("#search-window")
     page.fill("input[name=field]", "customer.id")
     page.fill("input[name=value]", "c-7")
-    page.click("form.sq-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("form.sq-filters input[type=submit]")
     page.wait_for_selector("#messages")
     assert page.locator("#messages tbody tr td:nth-child(6)").all_inner_texts() == ["s7"]
     page.fill("input[name=field]", "customer id")
-    page.click("form.sq-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("form.sq-filters input[type=submit]")
     assert "is not a key name" in page.inner_text(".errornote")
 
 
@@ -63,7 +66,8 @@ def test_replay_every_dead_letter_matching_a_payload_search(page, live_server): 
     page.goto(f"{live_server.url}{CONSOLE}/deadletters/")
     page.fill("input[name=field]", "order_id")
     page.fill("input[name=value]", "7")
-    page.click("form.sq-filters input[type=submit]")
+    with page.expect_navigation():  # the same page again: wait for the new one
+        page.click("form.sq-filters input[type=submit]")
     page.wait_for_selector("#deadletters")
     listed = page.locator("#deadletters tbody tr td:nth-child(5)").all_inner_texts()
     assert sorted(listed) == ["p1", "p2"]
