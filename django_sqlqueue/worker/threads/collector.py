@@ -107,21 +107,18 @@ class GarbageCollector:
             if deleted:
                 logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
             total += deleted
+        self._prune("per-hour counter", self.store.prune_topic_hours, self.conf.STATS_RETENTION, "STATS_RETENTION")
+        if self.conf.HISTORY_RETENTION > 0:
+            self._prune("history", self.store.prune_history, self.conf.HISTORY_RETENTION, "HISTORY_RETENTION")
+        return total
+
+    def _prune(self, what: str, prune: Callable[[float], int], retention: float, setting: str) -> None:
+        """Delete the ``what`` rows older than ``retention`` (every topic's); an outage is reported."""
         try:
-            pruned = self.db("prune stats", partial(self.store.prune_topic_hours, self.conf.STATS_RETENTION))
+            pruned = self.db(f"prune {what}", partial(prune, retention))
         except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-            self.outage.failure(logger, exc, "pruning the per-hour counters failed")
+            self.outage.failure(logger, exc, "pruning the %s rows failed", what)
             close_quietly(self.store.using)
         else:
             if pruned:
-                logger.info("pruned %d per-hour counter rows older than STATS_RETENTION", pruned)
-        if self.conf.HISTORY_RETENTION > 0:
-            try:
-                pruned = self.db("prune history", partial(self.store.prune_history, self.conf.HISTORY_RETENTION))
-            except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
-                self.outage.failure(logger, exc, "pruning the history failed")
-                close_quietly(self.store.using)
-            else:
-                if pruned:
-                    logger.info("pruned %d history rows older than HISTORY_RETENTION", pruned)
-        return total
+                logger.info("pruned %d %s rows older than %s", pruned, what, setting)
