@@ -12,7 +12,6 @@ reads an invalid configuration.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -23,7 +22,18 @@ from django.dispatch import receiver
 
 from .exceptions import ConfigurationError
 from .rules import dlq
-from .rules.limits import DEFAULT_DLQ_SUFFIX, MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, MAX_TOPIC_LENGTH, TOPIC_RE
+from .rules.limits import DEFAULT_DLQ_SUFFIX, MAX_DLQ_SUFFIX_LENGTH, MAX_SECONDS, TOPIC_RE
+from .rules.routes import aliases, route, route_problems
+from .rules.settings_checks import (  # noqa: F401 (re-exported: the settings' limits, where readers look)
+    HEALTH_KEYS,
+    MAX_PARTITIONS,
+    TOPIC_OPTION_KEYS,
+    Problem,
+    is_number,
+    is_seconds,
+    validate_health,
+    validate_topics,
+)
 
 #: Seconds a worker sleeps between polls while its partitions have work.
 DEFAULT_POLL_INTERVAL = 0.1
@@ -61,19 +71,8 @@ DEFAULT_HISTORY_RETENTION = 7 * 24 * 3600.0
 DEFAULT_GC_INTERVAL = 60.0
 #: Partitions of a topic not listed in ``TOPICS``. Keys are hashed to them.
 DEFAULT_PARTITIONS = 8
-#: Most partitions a hashed topic may have.
-MAX_PARTITIONS = 4096
 #: A METRICS_TOKEN (check E012): at least 16 printable ASCII characters, no space.
 _METRICS_TOKEN_RE = re.compile(r"[\x21-\x7e]{16,}")
-#: Keys a ``TOPICS`` entry may have.
-TOPIC_OPTION_KEYS = frozenset({"partitions", "per_key"})
-#: Keys of ``HEALTH`` and the kind of value each takes.
-HEALTH_KEYS = {
-    "MAX_LAG": "an integer >= 0",
-    "MAX_LAG_SECONDS": "a number of seconds >= 0",
-    "MAX_DEAD_LETTERS": "an integer >= 0",
-    "REQUIRE_SUBSCRIBERS": "True or False",
-}
 #: Seconds between the "database still unreachable" lines a worker logs during an outage.
 DEFAULT_OUTAGE_REPORT_INTERVAL = 30.0
 
@@ -111,6 +110,8 @@ class QueueSettings:
     HEALTH: dict[str, Any] = field(default_factory=dict)
     #: Per-topic options: ``{"orders": {"partitions": 16}, "tenants": {"per_key": True}}``.
     TOPICS: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Topics held by other databases than ``DATABASE``: ``{"orders.*": "orders"}`` (rules/routes.py).
+    TOPIC_DATABASES: dict[str, str] = field(default_factory=dict)
 
     #: Recurring tasks and messages by name (django_sqlqueue.schedules).
     SCHEDULES: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -136,6 +137,15 @@ class QueueSettings:
             return None
         return int(options.get("partitions", self.PARTITIONS))
 
+    def database_for(self, topic: str) -> str:
+        """Return the alias of the database that holds ``topic`` (its dead-letter topic's too)."""
+        return route(topic, self.TOPIC_DATABASES, self.DATABASE, self.DLQ_SUFFIX)
+
+    @property
+    def databases(self) -> list[str]:
+        """Every alias that holds queue tables: ``DATABASE`` first, then ``TOPIC_DATABASES``'s."""
+        return aliases(self.TOPIC_DATABASES, self.DATABASE)
+
 
 KNOWN_KEYS = frozenset(f.name for f in fields(QueueSettings))
 _DURATIONS = (
@@ -155,24 +165,6 @@ DURATION_KEYS = (*_DURATIONS, "RETENTION", "HISTORY_RETENTION")
 _POSITIVE_INTS = ("BATCH_SIZE", "MAX_ATTEMPTS", "MAX_PAYLOAD_BYTES", "PARTITIONS")
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the configuration, with a stable check id."""
-
-    id: str
-    msg: str
-    hint: str = ""
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_seconds(value: Any, *, zero: bool = False) -> bool:
-    """Whether ``value`` is a duration a worker can wait for: finite, positive (or 0), at most 100 years."""
-    return _is_number(value) and (value >= 0 if zero else value > 0) and value <= MAX_SECONDS and math.isfinite(value)
-
-
 def validate(raw: Any) -> list[Problem]:
     """Return every problem found in the raw ``SQLQUEUE`` value (empty when valid)."""
     if raw is None:
@@ -190,7 +182,7 @@ def validate(raw: Any) -> list[Problem]:
             )
         )
     for key in _DURATIONS:
-        if key in raw and not _is_seconds(raw[key]):
+        if key in raw and not is_seconds(raw[key]):
             problems.append(
                 Problem(
                     "sqlqueue.E003",
@@ -223,7 +215,7 @@ def validate(raw: Any) -> list[Problem]:
                 )
             )
     for key in ("RETENTION", "HISTORY_RETENTION"):
-        if key in raw and not _is_seconds(raw[key], zero=True):
+        if key in raw and not is_seconds(raw[key], zero=True):
             problems.append(
                 Problem(
                     "sqlqueue.E003",
@@ -234,13 +226,13 @@ def validate(raw: Any) -> list[Problem]:
     for low_key, high_key in (("POLL_INTERVAL", "POLL_INTERVAL_MAX"), ("BACKOFF_MIN", "BACKOFF_MAX")):
         low = raw.get(low_key, getattr(QueueSettings, low_key))
         high = raw.get(high_key, getattr(QueueSettings, high_key))
-        if _is_number(low) and _is_number(high) and low > high:
+        if is_number(low) and is_number(high) and low > high:
             problems.append(
                 Problem(
                     "sqlqueue.E008", f"SQLQUEUE[{low_key!r}] ({low}) must not exceed SQLQUEUE[{high_key!r}] ({high})."
                 )
             )
-    if "PARTITIONS" in raw and _is_number(raw["PARTITIONS"]) and raw["PARTITIONS"] > MAX_PARTITIONS:
+    if "PARTITIONS" in raw and is_number(raw["PARTITIONS"]) and raw["PARTITIONS"] > MAX_PARTITIONS:
         problems.append(
             Problem("sqlqueue.E004", f"SQLQUEUE['PARTITIONS'] is {raw['PARTITIONS']}; the maximum is {MAX_PARTITIONS}.")
         )
@@ -263,15 +255,19 @@ def validate(raw: Any) -> list[Problem]:
     if "NOTIFY" in raw and not isinstance(raw["NOTIFY"], bool):
         problems.append(Problem("sqlqueue.E014", f"SQLQUEUE['NOTIFY'] must be True or False, got {raw['NOTIFY']!r}."))
     if "HEALTH" in raw:
-        problems += _validate_health(raw["HEALTH"])
+        problems += validate_health(raw["HEALTH"])
     if "TOPICS" in raw:
-        problems += _validate_topics(raw["TOPICS"])
+        problems += validate_topics(raw["TOPICS"])
+    if "TOPIC_DATABASES" in raw:
+        problems += [
+            Problem("sqlqueue.E016", msg) for msg in route_problems(raw["TOPIC_DATABASES"], django_settings.DATABASES)
+        ]
     if "SCHEDULES" in raw:
         suffix = raw.get("DLQ_SUFFIX", DEFAULT_DLQ_SUFFIX)
         problems += _validate_schedules(raw["SCHEDULES"], suffix if isinstance(suffix, str) else DEFAULT_DLQ_SUFFIX)
     duration = raw.get("LEASE_DURATION", DEFAULT_LEASE_DURATION)
     renew = raw.get("LEASE_RENEW_INTERVAL", DEFAULT_LEASE_RENEW_INTERVAL)
-    if _is_number(duration) and _is_number(renew) and renew >= duration:
+    if is_number(duration) and is_number(renew) and renew >= duration:
         problems.append(
             Problem(
                 "sqlqueue.E007",
@@ -280,80 +276,6 @@ def validate(raw: Any) -> list[Problem]:
                 hint="Renew at most every LEASE_DURATION / 3 seconds.",
             )
         )
-    return problems
-
-
-def _validate_health(health: Any) -> list[Problem]:
-    """Problems of ``SQLQUEUE["HEALTH"]``: thresholds by name, each None (off) or a value."""
-    if not isinstance(health, dict):
-        return [Problem("sqlqueue.E013", f"SQLQUEUE['HEALTH'] must be a dict, not {type(health).__name__}.")]
-    problems: list[Problem] = []
-    unknown = sorted(map(str, set(health) - set(HEALTH_KEYS)))
-    if unknown:
-        problems.append(
-            Problem(
-                "sqlqueue.E013",
-                f"SQLQUEUE['HEALTH'] has unknown key(s): {', '.join(unknown)}.",
-                hint=f"Known keys: {', '.join(HEALTH_KEYS)}.",
-            )
-        )
-    for key, kind in HEALTH_KEYS.items():
-        value = health.get(key)
-        if value is None:
-            continue
-        if key == "REQUIRE_SUBSCRIBERS":
-            ok = isinstance(value, bool)
-        elif key == "MAX_LAG_SECONDS":
-            ok = _is_seconds(value, zero=True)
-        else:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        if not ok:
-            problems.append(Problem("sqlqueue.E013", f"SQLQUEUE['HEALTH'][{key!r}] must be {kind}, got {value!r}."))
-    return problems
-
-
-def _validate_topics(topics: Any) -> list[Problem]:
-    """Problems of ``SQLQUEUE["TOPICS"]``: topic name -> {"partitions": n} or {"per_key": True}."""
-    if not isinstance(topics, dict):
-        return [Problem("sqlqueue.E009", f"SQLQUEUE['TOPICS'] must be a dict, not {type(topics).__name__}.")]
-    problems: list[Problem] = []
-    for topic, options in topics.items():
-        where = f"SQLQUEUE['TOPICS'][{topic!r}]"
-        if not (
-            isinstance(topic, str)
-            and 0 < len(topic) <= MAX_TOPIC_LENGTH + MAX_DLQ_SUFFIX_LENGTH
-            and TOPIC_RE.match(topic)
-        ):
-            problems.append(Problem("sqlqueue.E009", f"{where}: not a valid topic name ([A-Za-z0-9._-]+)."))
-            continue
-        if not isinstance(options, dict):
-            problems.append(Problem("sqlqueue.E009", f"{where} must be a dict, not {type(options).__name__}."))
-            continue
-        unknown = sorted(map(str, set(options) - TOPIC_OPTION_KEYS))
-        if unknown:
-            problems.append(
-                Problem(
-                    "sqlqueue.E009",
-                    f"{where} has unknown key(s): {', '.join(unknown)}.",
-                    hint=f"Known keys: {', '.join(sorted(TOPIC_OPTION_KEYS))}.",
-                )
-            )
-        partitions, per_key = options.get("partitions"), options.get("per_key", False)
-        if not isinstance(per_key, bool):
-            problems.append(Problem("sqlqueue.E009", f"{where}['per_key'] must be True or False, got {per_key!r}."))
-        if per_key and partitions is not None:
-            problems.append(
-                Problem("sqlqueue.E009", f"{where}: a topic with one partition per key takes no 'partitions' count.")
-            )
-        if partitions is not None and not (
-            isinstance(partitions, int) and not isinstance(partitions, bool) and 0 < partitions <= MAX_PARTITIONS
-        ):
-            problems.append(
-                Problem(
-                    "sqlqueue.E009",
-                    f"{where}['partitions'] must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}.",
-                )
-            )
     return problems
 
 
@@ -390,6 +312,8 @@ def get_settings() -> QueueSettings:
         values["SCHEDULES"] = {name: dict(spec) for name, spec in values["SCHEDULES"].items()}
     if "HEALTH" in values:
         values["HEALTH"] = dict(values["HEALTH"])
+    if "TOPIC_DATABASES" in values:
+        values["TOPIC_DATABASES"] = dict(values["TOPIC_DATABASES"])
     return QueueSettings(**values)
 
 

@@ -22,7 +22,7 @@ from django_sqlqueue.conf import DURATION_KEYS, KNOWN_KEYS, MAX_PARTITIONS, Queu
 
 from .support import strategies as s
 
-ID = re.compile(r"^sqlqueue\.E0(0[1-9]|1[0-4])$")
+ID = re.compile(r"^sqlqueue\.E0(0[1-9]|1[0-4]|16)$")
 
 
 def values() -> st.SearchStrategy:
