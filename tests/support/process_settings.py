@@ -18,6 +18,7 @@ SQLQUEUE = {
     "BACKOFF_MAX": 0.3,
     "GC_INTERVAL": 1,
     "TOPICS": TEST_TOPICS,  # noqa: F405
+    "TOPIC_DATABASES": SECOND_ROUTES,  # noqa: F405
 }
 
 if os.environ.get("SQLQUEUE_TEST_TOPICS"):

@@ -32,10 +32,26 @@ DATABASES = {
 }
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.support.seqapp"]
 
+# Issue 32: a second queue database with tables of its own (a database of its own on the same
+# server: test_<name>_second; a file of its own on SQLite), and the topics routed to it. Tests
+# that use it ask for it: @pytest.mark.django_db(databases=["default", "second"]).
+_second = {
+    **DATABASES["default"],
+    "TEST": {k: v for k, v in DATABASES["default"].get("TEST", {}).items() if k != "NAME"},
+}
+if _second["ENGINE"].endswith("sqlite3"):
+    _second["NAME"] = str(Path(_default["NAME"]).with_name(f"second_{Path(_default['NAME']).name}"))
+    _second["TEST"]["NAME"] = str(Path(_default["NAME"]).with_name(f"test_second_{Path(_default['NAME']).name}"))
+else:
+    _second["NAME"] = f"{_default['NAME']}_second"
+DATABASES["second"] = _second
+#: Topics that live in the "second" database (the same in tests/support/process_settings.py).
+SECOND_ROUTES = {"second.*": "second"}
+
 #: Topics of the process tests with a partition count of their own (the same in
 #: tests/support/process_settings.py, which the runconsumer processes use).
 TEST_TOPICS = {"seq.one": {"partitions": 1}, "seq.perkey": {"per_key": True}}
-SQLQUEUE = {**SQLQUEUE, "TOPICS": TEST_TOPICS}
+SQLQUEUE = {**SQLQUEUE, "TOPICS": TEST_TOPICS, "TOPIC_DATABASES": SECOND_ROUTES}
 
 # Issue 10: the django.tasks backend's test app (tasks, consumers, Run rows). TASKS is set
 # by the task tests themselves (tests/test_tasks*.py) and by tests/support/taskapp/process_settings.py.
