@@ -163,3 +163,20 @@ def test_json_is_refused_where_some_database_could_not_store_it():
     assert encode_json(deep, "payload").count("[") == MAX_JSON_DEPTH
     with pytest.raises(InvalidMessage, match=f"nested more than {MAX_JSON_DEPTH}"):
         encode_json({"deep": deep}, "payload")
+
+
+def test_new_message_ids_are_unique_hex_and_sort_in_publishing_order() -> None:
+    import time
+
+    from django_sqlqueue.rules.validation import new_message_id
+
+    first = [new_message_id() for _ in range(1000)]
+    time.sleep(0.002)
+    later = new_message_id()
+    assert len(set(first)) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in first)
+    # The first 12 digits are the millisecond: a later id sorts after every earlier one.
+    assert later > max(first)
+    assert abs(int(later[:12], 16) - time.time_ns() // 1_000_000) < 60_000
+    # The other 80 bits are random: ids of one millisecond still differ there.
+    assert len({i[12:] for i in first}) == 1000

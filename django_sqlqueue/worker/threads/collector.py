@@ -1,7 +1,11 @@
 """A worker's periodic garbage collection of the partitions it holds.
 
 Every ``GC_INTERVAL`` seconds a worker deletes, in the partitions it leases, the
-messages every consuming group has acked (``store/gc.py`` says what may go), and forgets
+messages every consuming group has acked (``store/gc.py`` says what may go, in short
+transactions). A pass spends at most :data:`ROUND_BUDGET` seconds of one poll-loop round:
+when it stops with more left, the next round goes on where it stopped, without waiting
+for ``GC_INTERVAL``, so a backlog is worked off between polls at the log's speed while
+the poll loop never stops for long. It also forgets
 subscribers whose heartbeat stopped a day ago. Each worker collects only what it holds,
 so workers never delete in the same partitions at once. It also deletes the per-hour
 counters older than ``STATS_RETENTION`` (every topic's, one index range, usually empty):
@@ -41,6 +45,9 @@ logger = logging.getLogger(__name__)
 FORGET_SUBSCRIBERS_AFTER = 24 * 3600.0
 #: Seconds between a worker's history samples (a minute keeps its last).
 LAG_SAMPLE_INTERVAL = 20.0
+#: Seconds of garbage collection one poll-loop round may spend (a statement in progress
+#: finishes: each aims at store/gc.py's TARGET_SECONDS).
+ROUND_BUDGET = 0.25
 
 
 class GarbageCollector:
@@ -64,15 +71,20 @@ class GarbageCollector:
         self.clock = clock
         self._last = clock()
         self._sampled: float | None = None  # the first lag sample is taken at once
+        #: (group, topic) pairs whose last pass ran out of budget, and the seq it stopped at.
+        self._resume: dict[tuple[str, str], int] = {}
 
     def run_if_due(self) -> None:
         """Collect if ``GC_INTERVAL`` passed since the last pass (the first pass waits one
-        interval); sample the lags if ``LAG_SAMPLE_INTERVAL`` passed since the last sample."""
+        interval) or the last pass left work; sample the lags if ``LAG_SAMPLE_INTERVAL``
+        passed since the last sample."""
         now = self.clock()
         if self.conf.HISTORY_RETENTION > 0 and (self._sampled is None or now - self._sampled >= LAG_SAMPLE_INTERVAL):
             self._sampled = now
             self.sample_lags()
-        if now - self._last >= self.conf.GC_INTERVAL:
+        if self._resume:
+            self.run(only=set(self._resume))
+        elif now - self._last >= self.conf.GC_INTERVAL:
             self._last = now
             self.run()
 
@@ -86,27 +98,54 @@ class GarbageCollector:
             close_quietly(store.using)
             return 0
 
-    def run(self) -> int:
-        """Collect the held partitions of every subscription now; return messages deleted."""
+    def run(self, only: set[tuple[str, str]] | None = None) -> int:
+        """Collect the held partitions of every subscription (of the (group, topic) pairs
+        ``only``: the passes left unfinished) for at most :data:`ROUND_BUDGET` seconds;
+        return messages deleted."""
         total = 0
+        deadline = self.clock() + ROUND_BUDGET
         for sub in self.subscriptions:
-            held = sorted(sub.held)
+            pair = (sub.group, sub.topic)
+            if only is not None and pair not in only:
+                continue
+            budget = deadline - self.clock()
+            if budget <= 0:  # the round's time is spent: this one goes first next round
+                self._resume.setdefault(pair, 0)
+                continue
             try:
-                deleted = self.db(
+                gc_pass = self.db(
                     "garbage collection",
-                    partial(self.store.collect_garbage, sub.topic, held, self.conf.RETENTION),
+                    partial(
+                        self.store.garbage_pass,
+                        sub.topic,
+                        sorted(sub.held),
+                        self.conf.RETENTION,
+                        budget=budget,
+                        start=self._resume.pop(pair, 0),
+                    ),
                 )
-                self.db(
-                    "forget subscribers",
-                    partial(self.store.forget_subscribers, sub.topic, FORGET_SUBSCRIBERS_AFTER),
-                )
+                if only is None:
+                    self.db(
+                        "forget subscribers",
+                        partial(self.store.forget_subscribers, sub.topic, FORGET_SUBSCRIBERS_AFTER),
+                    )
             except Exception as exc:  # noqa: BLE001 - reported by the outage reporter
                 self.outage.failure(logger, exc, "garbage collection failed topic=%s", sub.topic)
                 close_quietly(self.store.using)
                 continue
-            if deleted:
-                logger.info("garbage-collected %d messages topic=%s", deleted, sub.topic)
-            total += deleted
+            if not gc_pass.done:
+                self._resume[pair] = gc_pass.resume
+            if gc_pass.deleted:
+                logger.log(
+                    logging.INFO if gc_pass.done else logging.DEBUG,
+                    "garbage-collected %d messages topic=%s%s",
+                    gc_pass.deleted,
+                    sub.topic,
+                    "" if gc_pass.done else " (more left: going on next round)",
+                )
+            total += gc_pass.deleted
+        if only is not None:
+            return total
         self._prune("per-hour counter", self.store.prune_topic_hours, self.conf.STATS_RETENTION, "STATS_RETENTION")
         if self.conf.HISTORY_RETENTION > 0:
             self._prune("history", self.store.prune_history, self.conf.HISTORY_RETENTION, "HISTORY_RETENTION")
