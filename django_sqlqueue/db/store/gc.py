@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from .base import StoreBase, in_list
 
 #: Seconds one GC statement (one transaction) aims to take; the span adapts towards it.
-TARGET_SECONDS = 0.25
+TARGET_SECONDS = 0.1
 #: Rows of the topic the first statement of a pass covers, and the bounds of the span.
 FIRST_SPAN = 5_000
 MIN_SPAN = 500
@@ -100,6 +100,7 @@ class GCStore(StoreBase):
         *,
         budget: float | None = None,
         start: int = 0,
+        pace: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> GCPass:
         """One pass over ``topic`` (its ``partitions``, or all): stop when nothing is left to
@@ -111,8 +112,8 @@ class GCStore(StoreBase):
             return GCPass(0, True)
         deadline = None if budget is None else clock() + budget
         if len(floors) > MAX_CASE_PARTITIONS:
-            return self._by_partition(topic, floors, retention, deadline, clock)
-        return self._walk(topic, floors, retention, deadline, clock, start)
+            return self._by_partition(topic, floors, retention, deadline, clock, pace)
+        return self._walk(topic, floors, retention, deadline, clock, pace, start)
 
     # -- the walk in seq order ------------------------------------------------------------
 
@@ -123,6 +124,7 @@ class GCStore(StoreBase):
         retention: float,
         deadline: float | None,
         clock: Callable[[], float],
+        pace: float,
         start: int,
     ) -> GCPass:
         """Delete the eligible rows of ``topic`` in ranges of the ``(topic, seq)`` index."""
@@ -152,7 +154,7 @@ class GCStore(StoreBase):
             high = min(self._seq_after(topic, low, span) or end, end)
             started = clock()
             deleted += self._execute(delete, [topic, low, high, *case_params, *age_params])
-            span = _next_span(span, clock() - started)
+            span = _next_span(span, _paced(clock() - started, pace))
             low = high
             if retention > 0 and self._younger_than_retention(topic, high, retention):
                 return GCPass(deleted, True)  # the rest is younger than the retention
@@ -211,7 +213,13 @@ class GCStore(StoreBase):
     # -- one partition at a time (topics with one partition per key) ------------------------
 
     def _by_partition(
-        self, topic: str, floors: dict[int, int], retention: float, deadline: float | None, clock: Callable[[], float]
+        self,
+        topic: str,
+        floors: dict[int, int],
+        retention: float,
+        deadline: float | None,
+        clock: Callable[[], float],
+        pace: float,
     ) -> GCPass:
         """Delete each partition's eligible rows in windows of at most ``span`` offsets."""
         P, OFF = self.P, self.OFF
@@ -236,7 +244,7 @@ class GCStore(StoreBase):
                 high = min(low + span, floor)
                 started = clock()
                 deleted += self._execute(delete, [topic, partition, low, high, *age_params])
-                span = _next_span(span, clock() - started)
+                span = _next_span(span, _paced(clock() - started, pace))
                 low = high
         return GCPass(deleted, True)
 
@@ -249,6 +257,13 @@ class GCStore(StoreBase):
         """
         cutoff, params = self.dialect.now_minus(retention)
         return self._execute(f"DELETE FROM queue_topic_hours WHERE {self.dialect.qn('hour')} < {cutoff}", params)
+
+
+def _paced(took: float, pace: float) -> float:
+    """Sleep ``pace`` times ``took`` (the statement's time); return ``took``."""
+    if pace > 0:
+        time.sleep(took * pace)
+    return took
 
 
 def _next_span(span: int, took: float) -> int:
