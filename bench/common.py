@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://sqlqueue:sqlqueue@127.0.0.1:3306/sqlqueue_bench7")
 
 
-def recreate_database(url: str) -> None:
-    """Drop and create the (MariaDB/MySQL or PostgreSQL) database ``url`` names."""
+def recreate_database(url: str, create: bool = True) -> None:
+    """Drop and create the (MariaDB/MySQL or PostgreSQL) database ``url`` names (only drop it
+    when ``create`` is false)."""
     import environ
 
     cfg = environ.Env.db_url_config(url)
@@ -26,7 +27,8 @@ def recreate_database(url: str) -> None:
             host=cfg["HOST"], port=int(cfg["PORT"] or 3306), user=cfg["USER"], password=cfg["PASSWORD"] or ""
         )
         server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        if create:
+            server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
         server.close()
     else:
         import psycopg
@@ -40,7 +42,8 @@ def recreate_database(url: str) -> None:
             autocommit=True,
         ) as server:
             server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            server.execute(f'CREATE DATABASE "{name}"')
+            if create:
+                server.execute(f'CREATE DATABASE "{name}"')
 
 
 def setup_django(url: str = BENCH_URL) -> None:

@@ -5,6 +5,8 @@
   ``BENCH_DRAIN_WRITE=1`` makes it insert one row into ``bench_effects`` (on the queue's
   database, created by that script), and ``BENCH_ATOMIC`` (``true``, ``batch``; empty: not
   atomic) is its ``atomic=``: the same write, inside the ack's transaction or on its own.
+- ``bench.growth``: ``bench/growth.py``'s big topic: no-op for the drain, latency as below for
+  messages whose payload has a ``"t"``.
 - ``bench.scale`` (group ``scale``): no-op, for ``bench/scale.py`` (the topic stays empty).
 - ``bench.latency``: the payload carries the publisher's ``time.time()`` as ``"t"`` (and a run
   label as ``"run"``); the handler appends ``"<run> <latency seconds>"`` to a per-process file in
@@ -72,6 +74,17 @@ def latency(message) -> None:  # type: ignore[no-untyped-def]
     out = _latency_out()
     out.write(f"{payload.get('run', '-')} {received - payload['t']:.6f}\n")
     out.flush()
+
+
+@consumer("bench.growth", group="bench", batch_size=BATCH_SIZE)
+def growth(message) -> None:  # type: ignore[no-untyped-def]
+    """``bench/growth.py``: counts the drain's messages; records the latency of those whose
+    payload carries the publisher's ``"t"``, as ``bench.latency`` does."""
+    global handled
+    handled += 1
+    payload = message.payload
+    if isinstance(payload, dict) and "t" in payload:
+        _latency_out().write(f"{payload.get('run', '-')} {time.time() - payload['t']:.6f}\n")
 
 
 @consumer("bench.scale", group="scale")
