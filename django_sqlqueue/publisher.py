@@ -4,6 +4,14 @@ A publish writes on the caller's connection and joins the caller's transaction: 
 caller's ``atomic()`` block rolls back, the message never existed; if it commits, the
 message is there. Outside a transaction the publish commits on return.
 
+The connection is the one of the database that holds the topic: ``SQLQUEUE["DATABASE"]``,
+or the alias ``SQLQUEUE["TOPIC_DATABASES"]`` routes it to (``rules/routes.py``). The outbox
+is per database: a message of a topic routed to ``orders`` exists exactly when the
+transaction on ``orders`` that wrote it commits, whatever happens to a transaction on
+another alias. An explicit ``using=`` naming another alias is refused
+(``ConfigurationError``, nothing written): the message would sit where no worker serves
+its topic.
+
 A publish only INSERTs rows into ``queue_messages``. It locks or updates no row that
 another publisher touches, so publishers never wait for each other and cannot deadlock
 with each other, whatever partitions they publish to, in whatever order, in whatever
@@ -89,8 +97,9 @@ def publish(
     order; without a key, messages are spread over the topic's partitions. ``id``
     (str, int or UUID) defaults to a fresh unique id; publishing an id again stores
     nothing. ``delay`` (seconds or timedelta, from the database clock) or an aware
-    ``deliver_at`` postpone delivery. ``using`` is a database alias, by default
-    ``SQLQUEUE["DATABASE"]``.
+    ``deliver_at`` postpone delivery. The message is written to the database that holds
+    ``topic`` (``SQLQUEUE["TOPIC_DATABASES"]``, else ``SQLQUEUE["DATABASE"]``) and joins
+    that database's transaction; ``using``, if given, must name that same alias.
 
     Raise :class:`~django_sqlqueue.exceptions.InvalidMessage` (nothing written) on bad
     input -- also for what only the engine writes: a dead-letter topic
@@ -145,7 +154,7 @@ def publish_message(
             deliver_at=deliver_at,
             max_payload_bytes=conf.MAX_PAYLOAD_BYTES,
         )
-        alias = _alias(using, conf)
+        alias = _alias(topic, using, conf)
         try:
             written = write_messages(topic, [prepared], using=alias, conf=conf, stacklevel=stacklevel)
         except DatabaseError as exc:
@@ -202,7 +211,7 @@ def publish_many(
             prepared.append(prepare_message(**item, max_payload_bytes=conf.MAX_PAYLOAD_BYTES, position=where))
         if not prepared:
             return []
-        alias = _alias(using, conf)
+        alias = _alias(topic, using, conf)
         try:
             written = write_messages(topic, prepared, using=alias, conf=conf)
         except DatabaseError as exc:
@@ -248,13 +257,23 @@ def send_published(messages: list[tuple[PublishedMessage, str, str]]) -> None:
         )
 
 
-def _alias(using: str | None, conf: QueueSettings) -> str:
-    alias = using or conf.DATABASE
-    if not isinstance(alias, str) or alias not in settings.DATABASES:
+def _alias(topic: str, using: str | None, conf: QueueSettings) -> str:
+    """The alias ``topic`` is written to: its route (``conf.database_for``); an explicit
+    ``using`` must name that same alias, or the message would land where no worker serves it."""
+    routed = conf.database_for(topic)
+    if using is None:
+        return routed
+    if not isinstance(using, str) or using not in settings.DATABASES:
         raise ConfigurationError(
-            f"database alias {alias!r} is not in settings.DATABASES (known: {', '.join(sorted(settings.DATABASES))})."
+            f"database alias {using!r} is not in settings.DATABASES (known: {', '.join(sorted(settings.DATABASES))})."
         )
-    return alias
+    if using != routed:
+        raise ConfigurationError(
+            f"publish to topic {topic!r} with using={using!r}, but the topic lives in database {routed!r} "
+            "(by SQLQUEUE['TOPIC_DATABASES'], else SQLQUEUE['DATABASE']), where `runconsumer` consumes it: "
+            f"leave out using=, or route the topic there with SQLQUEUE['TOPIC_DATABASES'] = {{{topic!r}: {using!r}}}."
+        )
+    return using
 
 
 def _raise_if_tables_missing(error: DatabaseError, alias: str) -> None:

@@ -351,21 +351,29 @@ def fresh_alias(settings, tmp_path: Path) -> Iterator[str]:
 def test_publish_on_a_database_without_the_migrations_says_to_migrate_it(fresh_alias):
     """Issue 29: a raw 'relation "queue_messages" does not exist' on a fresh database."""
     migrate = f"run `manage.py migrate django_sqlqueue --database {fresh_alias}`"
-    with pytest.raises(QueueTablesMissing, match=f"missing or out of date on database 'fresh'.*{migrate}") as caught:
-        publish("pub.fresh", 1, using=fresh_alias)
-    assert "\n" not in str(caught.value) and "queue_messages" in str(caught.value)
-    assert isinstance(caught.value, SQLQueueError) and isinstance(caught.value.__cause__, DatabaseError)
-    with pytest.raises(QueueTablesMissing, match=migrate):
-        publish_many("pub.fresh", [{"payload": 1}, {"payload": 2, "id": "two"}], using=fresh_alias)
+    with routed_to(fresh_alias):
+        with pytest.raises(
+            QueueTablesMissing, match=f"missing or out of date on database 'fresh'.*{migrate}"
+        ) as caught:
+            publish("pub.fresh", 1)
+        assert "\n" not in str(caught.value) and "queue_messages" in str(caught.value)
+        assert isinstance(caught.value, SQLQueueError) and isinstance(caught.value.__cause__, DatabaseError)
+        with pytest.raises(QueueTablesMissing, match=migrate):
+            publish_many("pub.fresh", [{"payload": 1}, {"payload": 2, "id": "two"}], using=fresh_alias)
     assert publish("pub.fresh", 1).created  # the queue's own database is migrated
+
+
+def routed_to(alias: str) -> override_settings:
+    """Route the topic pub.fresh to ``alias`` (issue 32: a publish goes to its topic's database)."""
+    return override_settings(SQLQUEUE={**django_settings.SQLQUEUE, "TOPIC_DATABASES": {"pub.fresh": alias}})
 
 
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_publish_without_the_app_installed_says_to_install_it(fresh_alias):
     apps_without = [app for app in django_settings.INSTALLED_APPS if app != "django_sqlqueue"]
-    with override_settings(INSTALLED_APPS=apps_without):
+    with override_settings(INSTALLED_APPS=apps_without), routed_to(fresh_alias):
         with pytest.raises(NotInstalled, match=r"'django_sqlqueue' is not in INSTALLED_APPS.*add it to INSTALLED_APPS"):
-            publish("pub.fresh", 1, using=fresh_alias)
+            publish("pub.fresh", 1)
         with pytest.raises(NotInstalled, match=r"then run `manage\.py migrate django_sqlqueue --database fresh`"):
             publish_many("pub.fresh", [{"payload": 1}], using=fresh_alias)
 

@@ -279,8 +279,9 @@ def sequence(topic: str, partitions: Sequence[int] | None = None, *, using: str 
     created for partitions that have none yet (e.g. of a topic no worker consumes).
     Runs until nothing committed is left unnumbered. Safe from any process at any time,
     concurrently with workers: see the module docstring. Reads ahead (see there).
+    ``using``: default, the database that holds ``topic`` (``SQLQUEUE["TOPIC_DATABASES"]``).
     """
-    alias = using or get_settings().DATABASE
+    alias = using or get_settings().database_for(topic)
     sequencer = Sequencer(alias)
     if partitions is None:
         partitions = sequencer.unsequenced_partitions(topic)

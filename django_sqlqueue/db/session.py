@@ -73,7 +73,12 @@ def engine_connections(using: str, idle_transaction_seconds: float) -> Iterator[
     _engine.settings = (using, seconds)
     connection = connections[using]
     if connection.connection is not None:
-        _configure(connection, seconds)
+        try:
+            _configure(connection, seconds)
+        except DatabaseError:
+            # A connection the server dropped meanwhile (a restart while the worker waited for
+            # its leases): closed; the next one is configured as it opens (connection_created).
+            connection.close()
     try:
         yield
     finally:

@@ -93,6 +93,7 @@ class SQLQueueBackend(BaseTaskBackend):
                 check_queue_options(alias, options, self.queues)
                 # Validates each queue name as part of a topic; kept: a worker asks for every message.
                 self._topics = {name: self._topic(options, name) for name in sorted(self.queues)}
+                self._refuse_routed_topics(options)
             except ConfigurationError as exc:
                 self.problems.append(Problem(INVALID_SETTING, str(exc)))
             else:
@@ -143,6 +144,23 @@ class SQLQueueBackend(BaseTaskBackend):
             return validate_publish_topic(topic, get_settings().DLQ_SUFFIX)
         except InvalidMessage as exc:
             raise ConfigurationError(f"TASKS[{self.alias!r}]: {exc}") from exc
+
+    def _refuse_routed_topics(self, options: BackendOptions) -> None:
+        """Raise ConfigurationError if ``SQLQUEUE["TOPIC_DATABASES"]`` routes a queue's topic away
+        from ``SQLQUEUE["DATABASE"]``: the results, uniqueness claims and batches live there, and
+        an enqueue writes them in one transaction with the message."""
+        conf = get_settings()
+        for name, base in self._topics.items():
+            for level in options.priorities:
+                topic = level_topic(base, level)
+                routed = conf.database_for(topic)
+                if routed != conf.DATABASE:
+                    raise ConfigurationError(
+                        f"TASKS[{self.alias!r}]: the topic {topic!r} of task queue {name!r} is routed to database "
+                        f"{routed!r} by SQLQUEUE['TOPIC_DATABASES'], but a task's message must live with its result "
+                        f"in SQLQUEUE['DATABASE'] ({conf.DATABASE!r}): narrow the pattern so that it leaves "
+                        f"{topic!r} out (task topics start with {options.topic_prefix!r})."
+                    )
 
     def topics(self) -> dict[str, str]:
         """Queue name -> topic, for every queue of the backend."""

@@ -177,8 +177,9 @@ def drain(
 
     ``topic``/``group`` choose the consumers (default: all, task queues included).
     ``max_messages`` stops after that many deliveries (the rest of a batch is handed
-    back, not counted as an attempt). ``using``: the queue's database alias (default
-    ``SQLQUEUE["DATABASE"]``). See the module docstring for what differs from a worker:
+    back, not counted as an attempt). Each consumer is drained in the database that holds
+    its topic (``SQLQUEUE["TOPIC_DATABASES"]``, else ``SQLQUEUE["DATABASE"]``), or every
+    one in ``using`` if given. See the module docstring for what differs from a worker:
     retry delays collapse to 0, handlers run on this thread without timeouts.
 
     Raise :class:`~django_sqlqueue.exceptions.TestingError` when no consumer matches or
@@ -198,7 +199,34 @@ def drain_consumers(
     if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 0):
         raise TestingError(f"max_messages must be a non-negative integer or None, got {max_messages!r}.")
     conf = conf or get_settings()
-    alias = using or conf.DATABASE
+    # Each consumer is drained in the database that holds its topic (SQLQUEUE["TOPIC_DATABASES"]),
+    # as runconsumer serves it; or every one in ``using``.
+    by_alias: dict[str, list[ConsumerSpec]] = {}
+    for spec in specs:
+        by_alias.setdefault(using or conf.database_for(spec.topic), []).append(spec)
+    for alias in by_alias:
+        _check_connection(alias)
+    started = time.perf_counter()
+    summary = DrainSummary()
+    hooks = DrainHooks(summary, max_messages)
+    # A handler may publish to a topic of another database: the databases are drained in
+    # turn until a pass over all of them delivers nothing (one pass with one database).
+    while True:
+        before = summary.handled + summary.retried + summary.dead_lettered
+        for alias, alias_specs in by_alias.items():
+            _drain_database(alias_specs, alias, conf, hooks, summary)
+            if summary.stopped_early:
+                break
+        after = summary.handled + summary.retried + summary.dead_lettered
+        if summary.stopped_early or len(by_alias) == 1 or after == before:
+            break
+    if max_messages != 0:  # (0: the workers were built, their checks run, nothing polled)
+        summary.duration = time.perf_counter() - started
+    return summary
+
+
+def _check_connection(alias: str) -> None:
+    """Refuse a broken transaction on ``alias``; connect to it."""
     connection = connections[alias]
     if connection.in_atomic_block and connection.needs_rollback:
         raise TestingError(
@@ -209,8 +237,12 @@ def drain_consumers(
     # without the django_db mark blocks ensure_connection) the refusal is raised here, alone,
     # rather than by the first query followed by a failing lease release per consumer.
     connection.ensure_connection()
-    started = time.perf_counter()
-    summary = DrainSummary()
+
+
+def _drain_database(
+    specs: list[ConsumerSpec], alias: str, conf: QueueSettings, hooks: DrainHooks, summary: DrainSummary
+) -> None:
+    """Drain the consumers ``specs`` of database ``alias`` until nothing is left, counting into ``summary``."""
     # The worker's seam (worker/loop.py): its batch runner with the drain's hooks, and
     # every batch on this thread (inline: no handler threads, no watchdog, no listener).
     # Its keeper's rounds run here too (_lease_round); its threads are never started.
@@ -219,12 +251,12 @@ def drain_consumers(
         name=f"drain-{os.getpid()}-{next(_drains)}",
         conf=conf,
         using=alias,
-        batches=functools.partial(BatchRunner, hooks=DrainHooks(summary, max_messages)),
+        batches=functools.partial(BatchRunner, hooks=hooks),
         inline=True,
     )
     try:
-        if max_messages == 0:
-            return summary
+        if hooks.budget is not None and hooks.budget <= 0:  # max_messages=0, or spent
+            return
         worker.register_topics()
         _lease_round(worker, first=True)
         idle = 0
@@ -246,10 +278,8 @@ def drain_consumers(
     finally:
         worker.keeper.release_all()
         worker.invoke.close()
-    summary.duration = time.perf_counter() - started
     if worker.batches.interrupted is not None:
         raise worker.batches.interrupted
-    return summary
 
 
 def _lease_round(worker: Worker, *, first: bool = False) -> None:

@@ -1,9 +1,10 @@
-"""The ``runconsumer`` process: one :class:`Worker` and the parts it is built from.
+"""The ``runconsumer`` process: a :class:`Worker` per database and the parts it is built from.
 
 What lives here, and what it may import:
 
 - ``loop`` -- :class:`Worker`: lifecycle, the poll loop's rounds, supervision of its threads;
-  ``startup`` -- what a worker checks and registers before its first poll;
+  ``startup`` -- what a worker checks and registers before its first poll; ``fleet`` --
+  several workers in one process, one per database (``SQLQUEUE["TOPIC_DATABASES"]``);
 - ``poller`` (one poll's plan), ``dispatch`` (where its batches run: inline or on handler
   threads, chosen once), ``cadence`` (when to look next), ``probe`` (the cheap look),
   ``subscription`` (one consumer's state in this process), ``budget`` (connections),

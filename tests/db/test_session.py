@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection, transaction
 from django_sqlqueue.db.session import engine_connections, handler_section, handler_thread_connections
 from django_sqlqueue.models import PartitionLease
 
-from ..support.engine_helpers import by_vendor, db_now, requires_vendor, store
+from ..support.engine_helpers import by_vendor, db_now, kill_session, requires_vendor, session_id, store
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -148,6 +148,28 @@ def test_the_setting_is_applied_to_the_open_connection_and_every_reconnect_insid
     three = by_vendor(mysql="3", postgresql="3s")
     assert outcome["seen"] == ["0", three, three, "0", "0"]
     assert idle_timeout_setting() == "0"  # this thread's connection is not an engine connection
+
+
+def test_a_connection_the_server_dropped_before_the_block_is_replaced_not_raised():
+    """Issue 32 (tests/chaos/test_databases.py): a server restarted while a worker waited for its
+    leases dropped its open connection; entering the block then raised 'Lost connection' and
+    the worker died. Now the dead connection is closed and the next one configured as it opens."""
+
+    def run() -> list[str]:
+        doomed = session_id()  # this thread's open connection
+        killer = threading.Thread(target=lambda: (kill_session(doomed), connection.close()), daemon=True)
+        killer.start()
+        killer.join(30)
+        with engine_connections(store().using, 2.5):
+            seen = [idle_timeout_setting()]  # a new connection, configured
+        connection.close()
+        return seen
+
+    outcome: dict[str, list[str]] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("seen", run()), daemon=True)
+    thread.start()
+    thread.join(30)
+    assert outcome["seen"] == [by_vendor(mysql="3", postgresql="3s")]
 
 
 # -- threads that run handlers too (handler threads, an inline worker's poll loop) --------------

@@ -209,11 +209,11 @@ def _warn_if_outside_callers_transaction(connection: BaseDatabaseWrapper, stackl
     ]
     if others:
         warnings.warn(
-            f"publish() writes to database {connection.alias!r} (SQLQUEUE['DATABASE'] or using=), which is not "
-            f"in a transaction, while a transaction is open on {', '.join(map(repr, others))}: the message "
-            "commits on its own now and is not rolled back with that transaction. Publish with "
-            f"using={others[0]!r} if the queue tables live there, or open the atomic() block on "
-            f"{connection.alias!r}.",
+            f"publish() writes to database {connection.alias!r} (the topic's: SQLQUEUE['TOPIC_DATABASES'], else "
+            f"SQLQUEUE['DATABASE']), which is not in a transaction, while a transaction is open on "
+            f"{', '.join(map(repr, others))}: the message commits on its own now and is not rolled back with that "
+            f"transaction. Open the atomic() block on {connection.alias!r}, or route the topic to "
+            f"{others[0]!r} (SQLQUEUE['TOPIC_DATABASES']) if its queue tables live there.",
             OutboxWarning,
             stacklevel=stacklevel,
         )

@@ -1,4 +1,5 @@
-"""``manage.py runconsumer``: run registered consumers until SIGTERM/SIGINT."""
+"""``manage.py runconsumer``: run registered consumers until SIGTERM/SIGINT, one worker per
+database their topics live in (``worker/fleet.py``)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import module_has_submodule
 
-from django_sqlqueue.conf import get_settings
-from django_sqlqueue.consumers import load_consumers, registry
+from django_sqlqueue.conf import QueueSettings, get_settings
+from django_sqlqueue.consumers import ConsumerSpec, load_consumers, registry
 from django_sqlqueue.exceptions import ConfigurationError, SQLQueueError, WorkerCrashed
 from django_sqlqueue.rules.limits import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.schedules import all_schedules
 from django_sqlqueue.tasks.discovery import BACKEND_PATH, configured_aliases, task_consumer_specs
+from django_sqlqueue.worker.fleet import Fleet, plan, require_tables
 from django_sqlqueue.worker.logsetup import configure_worker_logging
-from django_sqlqueue.worker.loop import Worker
 from django_sqlqueue.worker.shutdown import graceful_signals
 
 from . import _args
@@ -26,7 +27,10 @@ CONCURRENCY = _args.bounded_int(1, _args.MAX_CONCURRENCY)
 
 
 class Command(BaseCommand):
-    help = "Run the registered django-sqlqueue consumers (all, or those matching --group/--topic)."
+    help = (
+        "Run the registered django-sqlqueue consumers (all, or those matching --group/--topic), one worker per "
+        "database their topics live in (or per --database)."
+    )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -40,6 +44,15 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--topic", action="append", type=_args.topic, default=[], help="topic to consume (repeatable)"
+        )
+        parser.add_argument(
+            "--database",
+            action="append",
+            type=_args.text(),
+            default=[],
+            metavar="ALIAS",
+            help="serve only the consumers whose topics live in database ALIAS (repeatable; default: every "
+            "database of SQLQUEUE['DATABASE'] and SQLQUEUE['TOPIC_DATABASES'], one worker each)",
         )
         parser.add_argument(
             "--name", type=_args.text(SUBSCRIBER_NAME_LENGTH), default=None, help="subscriber name (default: host:pid)"
@@ -113,13 +126,18 @@ class Command(BaseCommand):
             schedules = [] if options["no_schedules"] else all_schedules(conf.SCHEDULES, conf.DLQ_SUFFIX)
         except SQLQueueError as exc:
             raise CommandError(str(exc)) from exc
+        planned = self._plan(specs, conf, options["database"])
+        try:
+            require_tables(planned)
+        except SQLQueueError as exc:
+            raise CommandError(str(exc)) from exc
         metrics = self._start_metrics(port, options["metrics_addr"])
         try:
             try:
-                worker = Worker(
-                    specs,
+                fleet = Fleet.build(
+                    planned,
                     name=name,
-                    conf=get_settings(),
+                    conf=conf,
                     concurrency=concurrency,
                     schedules=schedules,
                     health_file=health_file,
@@ -127,15 +145,32 @@ class Command(BaseCommand):
                 )
             except SQLQueueError as exc:  # e.g. a subscriber name the worker refuses
                 raise CommandError(str(exc)) from exc
-            with graceful_signals(worker.stop):
+            with graceful_signals(fleet.stop):
                 try:
-                    worker.run()
+                    fleet.run()
                 except WorkerCrashed as exc:
                     # Exit non-zero so that a process manager restarts the worker.
                     raise CommandError(str(exc)) from exc
         finally:
             if metrics is not None:
                 metrics.stop()
+
+    def _plan(self, specs: list[ConsumerSpec], conf: QueueSettings, only: list[str]) -> dict[str, list[ConsumerSpec]]:
+        """The consumers of each database to serve (``--database``: those named only)."""
+        unknown = [alias for alias in only if alias not in conf.databases]
+        if unknown:
+            raise CommandError(
+                f"--database {', '.join(unknown)}: not a database of the queue (known: {', '.join(conf.databases)}; "
+                "SQLQUEUE['DATABASE'] and the aliases of SQLQUEUE['TOPIC_DATABASES'])."
+            )
+        planned = plan(specs, conf, only or None)
+        if not planned:
+            where = {spec.name: conf.database_for(spec.topic) for spec in specs}
+            raise CommandError(
+                f"no selected consumer has its topic in database {', '.join(only)} "
+                f"(they live in: {', '.join(f'{n} -> {a}' for n, a in where.items())})."
+            )
+        return planned
 
     def _start_metrics(self, port: int | None, addr: str) -> Any:
         """Serve the worker's metrics on ``addr:port`` (receivers connected only then); None without a port."""

@@ -1,7 +1,8 @@
 """Atomic consumers: a handler's writes and its ack commit in one transaction.
 
 ``@consumer(..., atomic=True)`` runs the handler inside ``transaction.atomic()`` on the
-queue's database (``SQLQUEUE['DATABASE']``) and, at its end, in that same transaction,
+database of its topic (``SQLQUEUE['DATABASE']``, or the alias ``SQLQUEUE['TOPIC_DATABASES']``
+routes the topic to) and, at its end, in that same transaction,
 writes the message's ack and the watermark move it allows
 (:meth:`~django_sqlqueue.db.store.atomic_acks.AtomicAckStore.ack_in_transaction`). Either the handler's
 writes, its ``publish()`` calls and the ack all commit, or none of it does: a crash, a

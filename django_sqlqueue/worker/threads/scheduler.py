@@ -6,7 +6,8 @@ holding the last tick fired. A worker fires ticks only inside one transaction th
 1. locks that row (``SELECT ... FOR UPDATE``),
 2. computes the ticks after ``last_tick`` up to the database clock's *now*,
 3. publishes each tick (the task's message or the scheduled message) -- the publish joins
-   this transaction (outbox), and
+   this transaction (outbox; a message topic routed to another database commits just
+   before it, in a transaction there, see :func:`fire`), and
 4. moves ``last_tick`` to the last tick fired, then commits.
 
 Another worker wanting the same tick waits on the row lock and then finds ``last_tick``
@@ -33,13 +34,14 @@ transactions per tick.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from typing import Any
 
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from ...conf import DEFAULT_OUTAGE_REPORT_INTERVAL
+from ...conf import DEFAULT_OUTAGE_REPORT_INTERVAL, get_settings
 from ...db.store import QueueStore
 from ...publisher import publish
 from ...schedules import Schedule
@@ -143,14 +145,23 @@ def fire(schedule: Schedule, tick: dt.datetime, *, using: str) -> Any:
     """Publish one tick: enqueue the task, or publish the message, with the tick's id."""
     tick_id = schedule.tick_id(tick)
     if schedule.topic is not None:
-        return publish(
+        message = functools.partial(
+            publish,
             schedule.topic,
             schedule.payload,
             key=schedule.key,
             id=tick_id,
             metadata={"schedule": schedule.name, "tick": tick.isoformat()},
-            using=using,
         )
+        routed = get_settings().database_for(schedule.topic)
+        if routed == using:
+            return message()  # joins the tick's transaction (outbox)
+        # A topic routed to another database (SQLQUEUE["TOPIC_DATABASES"]) cannot join the
+        # tick's transaction: the message commits first, in a transaction of its own database,
+        # then the tick's transaction moves last_tick. A crash between the two fires the tick
+        # again, and its id (the tick's) makes that second publish store nothing: still once.
+        with transaction.atomic(using=routed):
+            return message()
     task = import_string(schedule.task)  # type: ignore[arg-type]
     backend = task.get_backend()
     # The sqlqueue tasks backend can publish in this transaction (duck-typed, so the engine
