@@ -49,7 +49,7 @@ class SqlFragments:
     #: topic list; a plain read, no locks). PostgreSQL and SQLite have no loose index
     #: scan: a recursive CTE emulates it, each step one index probe for the smallest
     #: topic above the previous one. MySQL/MariaDB override it.
-    distinct_topics_sql = (
+    distinct_topics_sql: str | None = (
         "WITH RECURSIVE t(topic) AS ("
         " SELECT MIN(topic) FROM queue_messages"
         " UNION ALL"
@@ -57,6 +57,11 @@ class SqlFragments:
         " FROM t WHERE t.topic IS NOT NULL"
         ") SELECT topic FROM t WHERE topic IS NOT NULL ORDER BY topic"
     )
+    #: Where ``distinct_topics_sql`` is None: the smallest topic after ``%s`` (one index dive).
+    next_topic_sql = "SELECT topic FROM queue_messages WHERE topic > %s ORDER BY topic LIMIT 1"
+    #: A join that keeps the written order of its tables (MySQL's STRAIGHT_JOIN), where the
+    #: optimizer could pick another one without statistics.
+    straight_join = "JOIN"
     #: Whether reports find the unsequenced rows through the partitions' head rows (a join,
     #: one index range per partition) rather than by ``offset IS NULL`` alone. PostgreSQL and
     #: SQLite have a partial index of the unsequenced rows, so the plain condition reads only

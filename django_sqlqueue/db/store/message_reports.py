@@ -105,7 +105,12 @@ class MessageReportStore(StoreBase):
 
     def log_topics(self) -> list[str]:
         """Return every topic that has messages, sorted (a loose index scan, see ``Dialect.distinct_topics_sql``)."""
-        return [row[0] for row in self._fetchall(self.dialect.distinct_topics_sql)]
+        if self.dialect.distinct_topics_sql is not None:
+            return [row[0] for row in self._fetchall(self.dialect.distinct_topics_sql)]
+        topics: list[str] = []
+        while rows := self._fetchall(self.dialect.next_topic_sql, [topics[-1] if topics else ""]):
+            topics.append(rows[0][0])
+        return topics
 
     def dead_letter_count(self, dlq_topic: str, group: str | None = None, cap: int | None = None) -> int:
         """Count the dead letters in ``dlq_topic`` (of ``group`` only), reading at most ``cap + 1``.

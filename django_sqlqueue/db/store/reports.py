@@ -181,8 +181,12 @@ class ReportStore(StoreBase):
             return {}
         P, OFF = self.P, self.OFF
         if self.dialect.unsequenced_via_heads:
+            # Pinned (on MySQL/MariaDB, the vendor of this branch): the head rows first, then one
+            # range of the offset index each. Right after a bulk load, without statistics,
+            # MariaDB chose (topic, seq) and walked the whole topic per head row (issue 32).
             sql = (
-                f"SELECT h.topic, h.{P}, COUNT(*) FROM queue_partitions h JOIN queue_messages m "
+                f"SELECT h.topic, h.{P}, COUNT(*) FROM queue_partitions h {self.dialect.straight_join} "
+                f"queue_messages m {self.dialect.use_index('queue_msg_offset')} "
                 f"ON m.topic = h.topic AND m.{P} = h.{P} AND m.{OFF} IS NULL "
                 f"WHERE h.topic IN ({in_list(topics)}) GROUP BY h.topic, h.{P}"
             )
@@ -267,8 +271,10 @@ class ReportStore(StoreBase):
         P, OFF = self.P, self.OFF
         if self.dialect.unsequenced_via_heads:
             where = "" if topics is None else f" WHERE h.topic IN ({in_list(topics)})"
+            # Pinned as in :meth:`unsequenced` (the > 50 s call of issue 32 was this one).
             sql = (
-                f"SELECT h.topic, MIN(m.published_at) FROM queue_partitions h JOIN queue_messages m "
+                f"SELECT h.topic, MIN(m.published_at) FROM queue_partitions h {self.dialect.straight_join} "
+                f"queue_messages m {self.dialect.use_index('queue_msg_offset')} "
                 f"ON m.topic = h.topic AND m.{P} = h.{P} AND m.{OFF} IS NULL{where} GROUP BY h.topic"
             )
         else:

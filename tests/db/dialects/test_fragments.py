@@ -7,6 +7,7 @@ from django.db import connection
 
 from django_sqlqueue.db.dialects import get_dialect
 from django_sqlqueue.db.dialects.fragments import SqlFragments
+from django_sqlqueue.db.store import QueueStore
 from django_sqlqueue.publisher import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,7 +44,12 @@ def test_distinct_topics_lists_each_topic_once_in_order():
     d = get_dialect(connection)
     for topic in ("frag.b", "frag.a", "frag.b", "frag.c"):
         publish(topic, {"n": 1})
-    with connection.cursor() as cursor:
-        cursor.execute(d.distinct_topics_sql)
-        topics = [row[0] for row in cursor.fetchall()]
+    # One statement where the vendor has one, else one index dive per topic (MySQL/MariaDB).
+    topics = QueueStore("default").log_topics()
     assert [t for t in topics if t.startswith("frag.")] == ["frag.a", "frag.b", "frag.c"]
+    with connection.cursor() as cursor:
+        if d.distinct_topics_sql is not None:
+            cursor.execute(d.distinct_topics_sql)
+            assert [row[0] for row in cursor.fetchall()] == topics
+        cursor.execute(d.next_topic_sql, ["frag.a"])
+        assert [tuple(row) for row in cursor.fetchall()] == [("frag.b",)]
