@@ -123,3 +123,15 @@ def runconsumer(request: pytest.FixtureRequest, transactional_db: None) -> Itera
             failed.append(f"{process.name} exited {process.proc.returncode}:\n{process.log()[-3000:]}")
         process.cleanup()
     assert not failed, "\n".join(failed)
+
+
+@pytest.fixture
+def second_routes() -> Iterator[None]:
+    """Route ``second.*`` to the alias ``second`` (a database of its own, tests/support/settings.py)."""
+    from django.conf import settings as django_settings
+    from django.test import override_settings
+
+    from .support.settings import SECOND_ROUTES
+
+    with override_settings(SQLQUEUE={**django_settings.SQLQUEUE, "TOPIC_DATABASES": SECOND_ROUTES}):
+        yield

@@ -30,7 +30,10 @@ from django_sqlqueue.testing import drain
 from django_sqlqueue.worker.threads.scheduler import Scheduler
 
 # transaction=True: real commits and rollbacks on each database (not savepoints of a test transaction).
-pytestmark = pytest.mark.django_db(databases=["default", "second"], transaction=True)
+pytestmark = [
+    pytest.mark.django_db(databases=["default", "second"], transaction=True),
+    pytest.mark.usefixtures("second_routes"),
+]
 
 ROUTED = "second.orders"
 PLAIN = "first.orders"

@@ -82,7 +82,8 @@ def test_queue_status_table_filters_and_empty():
 def test_queue_status_json():
     build_state()
     data = json.loads(run("queue_status", "--json"))
-    assert set(data) == {"partitions", "groups", "atomic_consumers"}
+    assert set(data) == {"database", "partitions", "groups", "atomic_consumers"}
+    assert data["database"] == "default"
     g1a = next(p for p in data["partitions"] if p["group"] == "g1" and p["partition"] == 0)
     assert g1a == {
         "group": "g1",
@@ -111,6 +112,7 @@ def test_queue_status_json():
         "unsequenced": 2,
     }
     assert json.loads(run("queue_status", "--json", "--group", "nobody")) == {
+        "database": "default",
         "partitions": [],
         "groups": [],
         "atomic_consumers": [],

@@ -51,3 +51,38 @@ def test_atomic_consumers_are_listed_with_their_mode() -> None:
         {"group": "ledger", "topic": "status.orders", "atomic": "per message"},
         {"group": "stock", "topic": "status.orders", "atomic": "per batch"},
     ]
+
+
+@pytest.mark.django_db(databases=["default", "second"])
+def test_every_database_gets_its_own_section_and_json_object() -> None:
+    from django.test import override_settings
+    from django.utils import timezone
+
+    from django_sqlqueue import publish
+    from django_sqlqueue.models import ConsumerOffset, Message
+
+    from ..support.engine_helpers import sequence
+
+    with override_settings(SQLQUEUE={"TOPIC_DATABASES": {"second.*": "second"}}):  # and nothing else
+        publish("first.orders", {"i": 0}, key="k")
+        publish("second.orders", {"i": 0}, key="k")
+        for topic in ("first.orders", "second.orders"):
+            sequence(topic)
+            alias = "second" if topic.startswith("second.") else "default"
+            (partition,) = Message.objects.using(alias).filter(topic=topic).values_list("partition", flat=True)
+            ConsumerOffset.objects.using(alias).create(
+                consumer_group="ledger", topic=topic, partition=partition, offset_acked=0, updated_at=timezone.now()
+            )
+        text = status()
+        default_part, second_part = text.split("database second:")
+        assert default_part.startswith("database default:")
+        assert "first.orders" in default_part and "second.orders" not in default_part
+        assert "second.orders" in second_part and "first.orders" not in second_part
+        both = json.loads(status("--json"))
+        assert [(d["database"], [g["group"] for g in d["groups"]]) for d in both] == [
+            ("default", ["ledger"]),
+            ("second", ["ledger"]),
+        ]
+        one = json.loads(status("--json", "--topic", "second.orders"))
+        assert one["database"] == "second" and [p["topic"] for p in one["partitions"]] == ["second.orders"]
+        assert "database" not in status("--database", "default")

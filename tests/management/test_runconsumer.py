@@ -90,7 +90,7 @@ def test_consumers_that_do_not_match_the_filters_are_listed() -> None:
         call_command(runconsumer.Command(), "--group", "nobody")
 
 
-@pytest.mark.usefixtures("restore_logger")
+@pytest.mark.usefixtures("restore_logger", "second_routes")
 def test_an_unknown_database_is_refused_naming_the_known_ones() -> None:
     """Issue 32: --database names the aliases to serve: SQLQUEUE["DATABASE"] and TOPIC_DATABASES's."""
     with pytest.raises(
@@ -99,7 +99,7 @@ def test_an_unknown_database_is_refused_naming_the_known_ones() -> None:
         call_command(runconsumer.Command(), "--database", "orders", "--database", "second", "--database", "x")
 
 
-@pytest.mark.usefixtures("restore_logger")
+@pytest.mark.usefixtures("restore_logger", "second_routes")
 def test_a_database_that_none_of_the_selected_consumers_lives_in_is_refused() -> None:
     with pytest.raises(
         CommandError, match=r"no selected consumer has its topic in database second \(they live in: .*-> default"

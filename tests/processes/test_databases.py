@@ -20,7 +20,11 @@ from tests.support.consumerapp.models import Handled
 from tests.support.processes import wait_until
 from tests.support.secondapp import FIRST, GROUP, SECOND
 
-pytestmark = [pytest.mark.django_db(databases=["default", "second"], transaction=True), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.django_db(databases=["default", "second"], transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("second_routes"),
+]
 
 SETTINGS = "tests.support.process_settings_databases"
 ALIAS = {FIRST: "default", SECOND: "second"}

@@ -45,13 +45,15 @@ if _second["ENGINE"].endswith("sqlite3"):
 else:
     _second["NAME"] = f"{_default['NAME']}_second"
 DATABASES["second"] = _second
-#: Topics that live in the "second" database (the same in tests/support/process_settings.py).
+#: Topics that live in the "second" database: the runconsumer processes' settings route them
+#: (tests/support/process_settings.py); in the test process a test opts in with the
+#: ``second_routes`` fixture (tests/conftest.py), so that every other test reads one database.
 SECOND_ROUTES = {"second.*": "second"}
 
 #: Topics of the process tests with a partition count of their own (the same in
 #: tests/support/process_settings.py, which the runconsumer processes use).
 TEST_TOPICS = {"seq.one": {"partitions": 1}, "seq.perkey": {"per_key": True}}
-SQLQUEUE = {**SQLQUEUE, "TOPICS": TEST_TOPICS, "TOPIC_DATABASES": SECOND_ROUTES}
+SQLQUEUE = {**SQLQUEUE, "TOPICS": TEST_TOPICS}
 
 # Issue 10: the django.tasks backend's test app (tasks, consumers, Run rows). TASKS is set
 # by the task tests themselves (tests/test_tasks*.py) and by tests/support/taskapp/process_settings.py.

@@ -91,6 +91,7 @@ def fleet_running(fleet: Fleet) -> Iterator[list[BaseException]]:
 
 
 @pytest.mark.django_db(databases=["default", "second"], transaction=True)
+@pytest.mark.usefixtures("second_routes")
 def test_a_fleet_serves_each_database_with_its_own_worker(tmp_path: Path) -> None:
     calls = Calls()
     planned = plan(specs(lambda m: calls.add((m.topic, m.payload))), conf())
@@ -124,6 +125,7 @@ def test_a_fleet_serves_each_database_with_its_own_worker(tmp_path: Path) -> Non
 
 
 @pytest.mark.django_db(databases=["default", "second"], transaction=True)
+@pytest.mark.usefixtures("second_routes")
 def test_a_worker_that_ends_stops_the_others_and_its_error_is_raised() -> None:
     """A handler of the second database raises SystemExit: its worker hands back and ends; the
     default database's worker is stopped too, and the fleet raises the SystemExit."""

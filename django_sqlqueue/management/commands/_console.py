@@ -122,3 +122,31 @@ def destructive(parser: CommandParser) -> None:
     parser.add_argument(
         "--yes", "--noinput", "--no-input", dest="yes", action="store_true", help="do not ask for confirmation"
     )
+
+
+def add_database_option(parser: CommandParser) -> None:
+    """``--database ALIAS`` (repeatable): which of the queue's databases a report reads."""
+    parser.add_argument(
+        "--database",
+        action="append",
+        default=[],
+        metavar="ALIAS",
+        help="read only database ALIAS (repeatable; default: every database of SQLQUEUE['DATABASE'] and "
+        "SQLQUEUE['TOPIC_DATABASES'], or --topic's own)",
+    )
+
+
+def chosen_databases(only: list[str], topic: str | None = None) -> list[str]:
+    """The aliases a report reads: ``only`` (checked), else ``topic``'s database, else every one."""
+    from django_sqlqueue.conf import get_settings
+
+    conf = get_settings()
+    unknown = [alias for alias in only if alias not in conf.databases]
+    if unknown:
+        raise CommandError(
+            f"--database {', '.join(unknown)}: not a database of the queue (known: {', '.join(conf.databases)}; "
+            "SQLQUEUE['DATABASE'] and the aliases of SQLQUEUE['TOPIC_DATABASES'])."
+        )
+    if only:
+        return list(dict.fromkeys(only))
+    return [conf.database_for(topic)] if topic is not None else conf.databases

@@ -19,6 +19,7 @@ from django_sqlqueue.exceptions import SQLQueueError
 from django_sqlqueue.rules.limits import MAX_BIGINT, MAX_SECONDS
 
 from . import _args
+from ._console import add_database_option, chosen_databases
 
 #: Exit statuses: healthy, a threshold crossed, could not check (bad usage, unknown group
 #: or topic, database unreachable or any other database error).
@@ -51,6 +52,7 @@ class Command(BaseCommand):
             default=None,
             help="every group needs at least one live subscriber on each topic it consumes",
         )
+        add_database_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, most in (("max_lag", MAX_BIGINT), ("max_dead_letters", MAX_BIGINT), ("max_lag_seconds", MAX_SECONDS)):
@@ -66,7 +68,22 @@ class Command(BaseCommand):
             }
             # Each flag overrides its SQLQUEUE["HEALTH"] value; the rest come from the setting.
             thresholds = dataclasses.replace(ops.configured_thresholds(), **given)
-            health = ops.check_health(thresholds, group=options["group"], topic=options["topic"])
+            aliases = chosen_databases(options["database"], options["topic"])
+            problems: list[str] = []
+            missing: list[ops.NotFound] = []
+            checked = 0
+            for alias in aliases:
+                try:
+                    health = ops.check_health(thresholds, group=options["group"], topic=options["topic"], using=alias)
+                except ops.NotFound as exc:
+                    missing.append(exc)  # the group may live in another database only
+                    continue
+                # Several databases: each line names its own.
+                prefix = f"database={alias} " if len(aliases) > 1 else ""
+                problems += [prefix + problem.line for problem in health.problems]
+                checked += len(health.groups)
+            if len(missing) == len(aliases):
+                raise missing[0]
         except SQLQueueError as exc:
             raise CommandError(str(exc), returncode=UNKNOWN) from exc
         except DatabaseError as exc:
@@ -74,8 +91,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"could not read the queue database: {type(exc).__name__}: {first}", returncode=UNKNOWN
             ) from exc
-        for problem in health.problems:
-            self.stdout.write(problem.line)
-        if not health.healthy:
+        for line in problems:
+            self.stdout.write(line)
+        if problems:
             sys.exit(UNHEALTHY)
-        self.stdout.write(f"ok: {len(health.groups)} group/topic pair(s) checked")
+        where = f" in {len(aliases)} databases" if len(aliases) > 1 else ""
+        self.stdout.write(f"ok: {checked} group/topic pair(s) checked{where}")

@@ -9,10 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_sqlqueue.ops import list_topics
-from django_sqlqueue.ops.status import ConsumerInfo, queue_status
+from django_sqlqueue.ops.status import ConsumerInfo, QueueStatus, queue_status
 
 from . import _args
-from ._console import ops_errors, table
+from ._console import add_database_option, chosen_databases, ops_errors, table
 
 COLUMNS = (
     "group",
@@ -38,17 +38,30 @@ class Command(BaseCommand):
         parser.add_argument("--group", type=_args.group, help="only this consumer group")
         parser.add_argument("--topic", type=_args.topic, help="only this topic")
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        add_database_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        aliases = chosen_databases(options["database"], options["topic"])
         with ops_errors():
-            status = queue_status(group=options["group"], topic=options["topic"])
+            statuses = {
+                alias: queue_status(group=options["group"], topic=options["topic"], using=alias) for alias in aliases
+            }
         if options["json"]:
-            self.stdout.write(json.dumps(asdict(status), indent=2, default=str))
+            # One object per database, each naming it; a single database prints its object alone.
+            out = [{"database": alias, **asdict(status)} for alias, status in statuses.items()]
+            self.stdout.write(json.dumps(out[0] if len(out) == 1 else out, indent=2, default=str))
             return
+        for i, (alias, status) in enumerate(statuses.items()):
+            if len(statuses) > 1:
+                self.stdout.write(("" if i == 0 else "\n") + f"database {alias}:")
+            self._report(status, alias)
+        # The atomic consumers are this project's declarations, the same whatever the database.
+        self._atomic(next(iter(statuses.values())).atomic_consumers)
+
+    def _report(self, status: QueueStatus, alias: str) -> None:
         if not status.groups:
             self.stdout.write("no consumer group has consumed anything yet")
-            self._unconsumed_topics()
-            self._atomic(status.atomic_consumers)
+            self._unconsumed_topics(alias)
             return
         rows = [
             (
@@ -75,8 +88,7 @@ class Command(BaseCommand):
                 f"dead letters {g.dead_letters}, "
                 f"live subscribers {g.live_subscribers}"
             )
-        self._unconsumed_topics()
-        self._atomic(status.atomic_consumers)
+        self._unconsumed_topics(alias)
 
     def _atomic(self, consumers: list[ConsumerInfo]) -> None:
         """Print the atomic consumers this project declares (handler writes and ack in one transaction)."""
@@ -87,10 +99,10 @@ class Command(BaseCommand):
         for line in table(("group", "topic", "atomic"), [(c.group, c.topic, c.atomic) for c in consumers]):
             self.stdout.write(line)
 
-    def _unconsumed_topics(self) -> None:
+    def _unconsumed_topics(self, alias: str) -> None:
         """Print the topics no group consumes: an orphaned topic's messages are never collected
         (a typo, a retired consumer); a dead-letter topic's wait for a replay or a purge."""
-        topics = list_topics()
+        topics = list_topics(using=alias)
         orphaned = [t.topic for t in topics if t.orphaned]
         dead_letters = [t.topic for t in topics if t.unconsumed and t.dead_letter_topic]
         if orphaned:
