@@ -10,8 +10,10 @@ a logged-in active staff user with the console's permission ``django_sqlqueue.vi
 is exempt from CSRF: it only reads, and refuses every unsafe method before anything else).
 The response is cached in the process for
 :data:`CACHE_SECONDS`: concurrent and repeated scrapes within that window cost one read
-of the database (scrapers of several replicas each read once per window). Without the
-``prometheus`` extra the view answers 404 with the install hint.
+of the databases (scrapers of several replicas each read once per window). Every database
+of the queue is read, its series labelled ``database``; one that cannot be read is
+reported by ``sqlqueue_database_up`` 0 and the others are still served (gauges.py).
+Without the ``prometheus`` extra the view answers 404 with the install hint.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
+from collections.abc import Sequence
 
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseNotFound
 from django.views.decorators.csrf import csrf_exempt
@@ -32,7 +35,7 @@ from . import INSTALL_HINT
 CACHE_SECONDS = 5.0
 
 _lock = threading.Lock()
-_cached: dict[str | None, tuple[float, bytes, str]] = {}
+_cached: dict[tuple[str, ...] | None, tuple[float, bytes, str]] = {}
 
 
 def clear_cache() -> None:
@@ -72,17 +75,19 @@ def _allowed(request: HttpRequest) -> bool:
     )
 
 
-def scrape(using: str | None = None) -> tuple[bytes, str]:
-    """Return the exposition and content type, from the cache when it is younger than CACHE_SECONDS."""
-    from .gauges import read_snapshot, render
+def scrape(aliases: Sequence[str] | None = None) -> tuple[bytes, str]:
+    """Return the exposition of every database of the queue (or of ``aliases``) and its content
+    type, from the cache when it is younger than CACHE_SECONDS."""
+    from .gauges import read_snapshots, render
 
+    key = None if aliases is None else tuple(aliases)
     with _lock:  # one reader at a time: the others wait and get its result
-        hit = _cached.get(using)
+        hit = _cached.get(key)
         now = time.monotonic()
         if hit is not None and now - hit[0] < CACHE_SECONDS:
             return hit[1], hit[2]
-        body, content_type = render(read_snapshot(using))
-        _cached[using] = (time.monotonic(), body, content_type)
+        body, content_type = render(read_snapshots(aliases))
+        _cached[key] = (time.monotonic(), body, content_type)
         return body, content_type
 
 

@@ -7,8 +7,10 @@ polls, batches, sequencer runs and lease changes from the worker's monitoring ho
 (:class:`~django_sqlqueue.instruments.Instruments`, which this class implements: the
 command passes it as ``Worker(instruments=...)``). It serves them with
 ``prometheus_client``'s HTTP server. Each process serves its own, so several processes on
-one host need several ports. Labels: ``group`` and ``topic`` only (``topic`` alone for the
-sequencer, which numbers a topic's messages for every group).
+one host need several ports. Labels: ``database``, ``group`` and ``topic`` only
+(``database`` and ``topic`` for the sequencer, which numbers a topic's messages for every
+group). ``database`` is the alias that holds the topic (``conf.database_for``): a process
+serving several databases (``worker/fleet.py``) reports each topic under its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 from typing import Any
 
 from django_sqlqueue import signals
+from django_sqlqueue.conf import get_settings
 from django_sqlqueue.exceptions import HandlerTimeout, Reject
 from django_sqlqueue.instruments import Instruments
 
@@ -40,7 +43,7 @@ class WorkerMetrics(Instruments):
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        gt = ["group", "topic"]
+        gt = ["database", "group", "topic"]
 
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, gt, registry=self.registry)
@@ -81,16 +84,19 @@ class WorkerMetrics(Instruments):
         self.sequencer_runs = Counter(
             "sqlqueue_sequencer_runs",
             "Sequencer runs (numbering committed messages).",
-            ["topic"],
+            ["database", "topic"],
             registry=self.registry,
         )
         self.sequenced_messages = Counter(
-            "sqlqueue_sequenced_messages", "Messages the sequencer numbered.", ["topic"], registry=self.registry
+            "sqlqueue_sequenced_messages",
+            "Messages the sequencer numbered.",
+            ["database", "topic"],
+            registry=self.registry,
         )
         self.sequencer_duration = Histogram(
             "sqlqueue_sequencer_duration_seconds",
             "Seconds a sequencer run took (its transactions).",
-            ["topic"],
+            ["database", "topic"],
             registry=self.registry,
             buckets=QUERY_BUCKETS,
         )
@@ -106,6 +112,11 @@ class WorkerMetrics(Instruments):
         #: (group, topic) -> the children on_processed updates (dict reads and writes are atomic).
         self._processed_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
+    @staticmethod
+    def _database(topic: str) -> str:
+        """The ``database`` label of ``topic``: the alias that holds it (a pure function of the settings)."""
+        return get_settings().database_for(topic)
+
     # -- receivers (sender: the topic) ------------------------------------------------------
 
     def on_processed(self, sender: str, *, message: Any, duration: float, **kwargs: Any) -> None:
@@ -114,10 +125,11 @@ class WorkerMetrics(Instruments):
         key = (message.group, message.topic)
         children = self._processed_children.get(key)
         if children is None:
+            labels = (self._database(message.topic), *key)
             children = self._processed_children[key] = (
-                self.delivered.labels(*key),
-                self.processed.labels(*key),
-                self.duration.labels(*key),
+                self.delivered.labels(*labels),
+                self.processed.labels(*labels),
+                self.duration.labels(*labels),
             )
         delivered, processed, duration_child = children
         delivered.inc()
@@ -127,7 +139,7 @@ class WorkerMetrics(Instruments):
     def on_failed(
         self, sender: str, *, message: Any, duration: float, error: BaseException, final: bool, **kwargs: Any
     ) -> None:
-        labels = (message.group, message.topic)
+        labels = (self._database(message.topic), message.group, message.topic)
         self.delivered.labels(*labels).inc()
         self.failed.labels(*labels).inc()
         if not final:
@@ -139,31 +151,34 @@ class WorkerMetrics(Instruments):
         self.duration.labels(*labels).observe(duration)
 
     def on_dead_lettered(self, sender: str, *, group: str, topic: str, **kwargs: Any) -> None:
-        self.dead_lettered.labels(group, topic).inc()
+        self.dead_lettered.labels(self._database(topic), group, topic).inc()
 
     # -- the worker's hooks (django_sqlqueue.instruments) -------------------------------------
 
     def polled(self, group: str, topic: str, seconds: float, batches: int) -> None:
-        self.polls.labels(group, topic).inc()
+        labels = (self._database(topic), group, topic)
+        self.polls.labels(*labels).inc()
         if not batches:
-            self.polls_empty.labels(group, topic).inc()
-        self.poll_duration.labels(group, topic).observe(seconds)
+            self.polls_empty.labels(*labels).inc()
+        self.poll_duration.labels(*labels).observe(seconds)
 
     def batch(self, group: str, topic: str, size: int) -> None:
-        self.batch_size.labels(group, topic).observe(size)
+        self.batch_size.labels(self._database(topic), group, topic).observe(size)
 
     def sequenced(self, topic: str, seconds: float, numbered: int) -> None:
-        self.sequencer_runs.labels(topic).inc()
-        self.sequenced_messages.labels(topic).inc(numbered)
-        self.sequencer_duration.labels(topic).observe(seconds)
+        labels = (self._database(topic), topic)
+        self.sequencer_runs.labels(*labels).inc()
+        self.sequenced_messages.labels(*labels).inc(numbered)
+        self.sequencer_duration.labels(*labels).observe(seconds)
 
     def leases(self, group: str, topic: str, *, acquired: int = 0, released: int = 0, lost: int = 0) -> None:
+        labels = (self._database(topic), group, topic)
         if acquired:
-            self.leases_acquired.labels(group, topic).inc(acquired)
+            self.leases_acquired.labels(*labels).inc(acquired)
         if released:
-            self.leases_released.labels(group, topic).inc(released)
+            self.leases_released.labels(*labels).inc(released)
         if lost:
-            self.leases_lost.labels(group, topic).inc(lost)
+            self.leases_lost.labels(*labels).inc(lost)
 
     # -- life ---------------------------------------------------------------------------------
 

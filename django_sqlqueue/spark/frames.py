@@ -21,6 +21,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .databases import choose_database
 from .options import SparkOptionError, jdbc_url
 from .schema import COLUMN_NAMES, MESSAGE_COLUMNS
 
@@ -62,6 +63,8 @@ def load_messages(
     """Return the sequenced messages of ``topics`` (``published_at`` in ``[start_time, end_time)``)."""
     if not topics:
         raise SparkOptionError("load_messages: no topic given.")
+    # The topics' database (or option ``using``): the JDBC reader connects to it too.
+    options = choose_database(options, topics, "batch read")
     engine = choose_engine(spark, options, engine)
     if engine == "python":
         reader = spark.read.format("sqlqueue").options(**options).option("topic", ",".join(topics))

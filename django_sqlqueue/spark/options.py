@@ -8,8 +8,9 @@ options: :func:`sqlqueue_options` copies it from ``settings.DATABASES`` (and the
 
     spark.read.format("sqlqueue").options(**sqlqueue_options()).option("topic", "orders").load()
 
-The password is its own option, ``password``: Spark redacts options whose name matches
-``spark.redaction.regex`` (``password`` does) in plans and the UI.
+The password is its own option, ``password`` (and ``passwords``, of every database):
+Spark redacts options whose name matches ``spark.redaction.regex`` (``password`` does)
+in plans and the UI. Which of the queue's databases a use reads or writes: databases.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from ..rules.limits import CONSUMER_GROUP_LENGTH, MAX_DLQ_SUFFIX_LENGTH, MAX_TOP
 from ..rules.timeparse import parse_time
 
 #: Option names of the connection (all lower-case, as Spark delivers them).
-CONNECTION_OPTIONS = ("engine", "host", "port", "database", "user", "password", "dboptions", "sqlqueue")
+#: ``databases``/``passwords``/``using``: every database of the queue and the one chosen (databases.py).
+CONNECTION_OPTIONS = (
+    "engine",
+    "host",
+    "port",
+    "database",
+    "user",
+    "password",
+    "dboptions",
+    "sqlqueue",
+    "databases",
+    "passwords",
+    "using",
+)
 
 
 class SparkOptionError(ConfigurationError):
@@ -33,32 +47,53 @@ class SparkOptionError(ConfigurationError):
 
 
 def sqlqueue_options(alias: str | None = None) -> dict[str, str]:
-    """Return the connection options of database ``alias`` (default: ``SQLQUEUE["DATABASE"]``).
+    """Return the data source options: the queue's databases, and ``alias`` when one is named.
 
-    Call it in the driver, where Django is set up. The result holds the engine, host,
-    port, database name, user, password and driver options of the Django connection
-    (the *current* one: under a test runner, the test database), plus the ``SQLQUEUE``
-    settings, so executors hash keys to the same partitions as ``publish()``.
+    Call it in the driver, where Django is set up. The result holds the connection
+    (engine, host, port, database name, user, password, driver options) of *every*
+    database of the queue (``SQLQUEUE["DATABASE"]`` and the aliases of
+    ``SQLQUEUE["TOPIC_DATABASES"]``: the *current* settings, so under a test runner the
+    test databases), plus the ``SQLQUEUE`` settings, so executors hash keys to the same
+    partitions as ``publish()`` and route topics to the same databases. Each read or
+    write then uses the database of its topics; ``alias`` (a ``settings.DATABASES`` alias,
+    which also sets option ``using``) makes every use of these options take that one.
     """
     from django.conf import settings
     from django.db import connections
 
     from ..conf import get_settings
 
-    alias = alias or get_settings().DATABASE
-    if alias not in settings.DATABASES:
-        raise ConfigurationError(f"database alias {alias!r} is not in settings.DATABASES.")
-    db = connections[alias].settings_dict
+    conf = get_settings()
+    alias = alias or None
+    if alias is not None and alias not in settings.DATABASES:
+        raise ConfigurationError(
+            f"database alias {alias!r} is not in settings.DATABASES ({', '.join(settings.DATABASES)})."
+        )
+    main = alias or conf.DATABASE
+    aliases = [a for a in dict.fromkeys([*conf.databases, main]) if a in settings.DATABASES]
+    entries = {a: connections[a].settings_dict for a in aliases}
     raw = getattr(settings, "SQLQUEUE", None) or {}
-    return {
-        "engine": str(db["ENGINE"]),
-        "host": str(db.get("HOST") or ""),
-        "port": str(db.get("PORT") or ""),
-        "database": str(db["NAME"]),
-        "user": str(db.get("USER") or ""),
-        "password": str(db.get("PASSWORD") or ""),
-        "dboptions": json.dumps(db.get("OPTIONS") or {}, sort_keys=True, default=str),
+    options = {
+        **connection_entry(entries[main]),
+        "password": str(entries[main].get("PASSWORD") or ""),
         "sqlqueue": json.dumps(raw, sort_keys=True),
+        "databases": json.dumps({a: connection_entry(db) for a, db in entries.items()}, sort_keys=True),
+        "passwords": json.dumps({a: str(db.get("PASSWORD") or "") for a, db in entries.items()}, sort_keys=True),
+    }
+    if alias is not None:
+        options["using"] = alias
+    return options
+
+
+def connection_entry(settings_dict: Mapping[str, Any]) -> dict[str, str]:
+    """Return the options of one ``DATABASES`` entry, without its password."""
+    return {
+        "engine": str(settings_dict["ENGINE"]),
+        "host": str(settings_dict.get("HOST") or ""),
+        "port": str(settings_dict.get("PORT") or ""),
+        "database": str(settings_dict["NAME"]),
+        "user": str(settings_dict.get("USER") or ""),
+        "dboptions": json.dumps(settings_dict.get("OPTIONS") or {}, sort_keys=True, default=str),
     }
 
 

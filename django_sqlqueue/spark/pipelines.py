@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .databases import chosen_alias
 from .frames import load_messages
 from .options import SparkOptionError
 
@@ -65,13 +66,14 @@ def backfill(
     if id_column:
         selected.append(F.col(id_column).cast("string").alias("id"))
     out = df.select(*selected)
-    before = Message.objects.using(_alias()).filter(topic=topic).count()
+    alias = chosen_alias(options, [topic], _alias())  # where the write goes: the topic's database
+    before = Message.objects.using(alias).filter(topic=topic).count()
     writer = out.write.format("sqlqueue").options(**options).option("topic", topic).option("batchSize", str(batch_size))
     if not id_column:
         writer = writer.option("idMode", "content")
     with progress(spark, f"backfill {topic}"):
         writer.mode("append").save()
-    after = Message.objects.using(_alias()).filter(topic=topic).count()
+    after = Message.objects.using(alias).filter(topic=topic).count()
     return BackfillResult(rows=df.count(), published=after - before)
 
 
@@ -154,7 +156,7 @@ def replay_to_group(topic: str, group: str, start_time: dt.datetime, *, using: s
     from django_sqlqueue.rules.validation import validate_group
 
     validate_group(group)
-    alias = using or _alias()
+    alias = using or _alias(topic)
     sequence(topic, using=alias)
     marks = QueueStore(alias).start_group(group, topic, start_time)
     if marks is None:
@@ -162,10 +164,12 @@ def replay_to_group(topic: str, group: str, start_time: dt.datetime, *, using: s
     return marks
 
 
-def _alias() -> str:
+def _alias(topic: str | None = None) -> str:
+    """The alias of ``topic``'s database (its route), or ``SQLQUEUE["DATABASE"]``."""
     from django_sqlqueue.conf import get_settings
 
-    return get_settings().DATABASE
+    conf = get_settings()
+    return conf.DATABASE if topic is None else conf.database_for(topic)
 
 
 @contextmanager

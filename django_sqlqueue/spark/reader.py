@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..conf import DEFAULT_DLQ_SUFFIX
 from ..rules.dlq import is_dlq_topic
+from .databases import choose_database
 from .dataloss import checked
 from .options import SparkOptionError, get_bool, get_int, get_str, get_topics
 from .optionset import check_options
@@ -231,6 +232,7 @@ class MessageReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.options = check_options(options, "batch read")
         self.topics, self.pattern = topic_selection(self.options)
+        self.options = choose_database(self.options, self.topics, "batch read")
         self.range = Range.from_options(self.options)
         self.rows_per_split = get_int(self.options, "rowsPerSplit", 100_000, minimum=1) or 100_000
         self.sequence = get_bool(self.options, "sequence", True)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .databases import with_database
 from .frames import load_messages
 
 
@@ -71,7 +72,7 @@ def collect(spark: Any, options: Mapping[str, str], *, hours: int = 48, using: s
     data.per_hour = store.messages_per_hour(since)
     if dlq:
         errors = (
-            load_messages(spark, options, dlq, engine="python")
+            load_messages(spark, with_database(options, alias), dlq, engine="python")
             .withColumn(
                 "error",
                 F.coalesce(F.nullif(F.regexp_extract("last_error", r"^([\w.]+)", 1), F.lit("")), F.lit("(none)")),

@@ -25,14 +25,28 @@ from typing import Any
 from .options import Connection
 
 _lock = threading.Lock()
+#: Whether this process's Django is the minimal one configured here (a Spark Python worker).
+_configured_here = False
+
+
+def _worker_queue_settings(sqlqueue: dict[str, Any]) -> dict[str, Any]:
+    """The ``SQLQUEUE`` of a Spark Python worker: the job's, without ``TOPIC_DATABASES``.
+
+    The worker's Django knows only the alias of the options' connection, which
+    ``databases.choose_database`` already picked by the routes in the driver; the routes
+    would name aliases it does not have (check E016), and every call here names its alias.
+    """
+    return {name: value for name, value in sqlqueue.items() if name != "TOPIC_DATABASES"}
 
 
 def _ensure_django(sqlqueue: dict[str, Any]) -> None:
+    global _configured_here
     import django
     from django.apps import apps
     from django.conf import settings
 
     if not settings.configured:
+        _configured_here = True
         settings.configure(
             INSTALLED_APPS=["django_sqlqueue"],
             DATABASES={},
@@ -66,8 +80,10 @@ def database(options: Mapping[str, str]) -> Iterator[str]:
     """Yield the Django database alias of the options' connection; close it afterwards."""
     conn = Connection.from_options(options)
     with _lock:
-        _ensure_django(conn.sqlqueue)
-        _apply_queue_settings(conn.sqlqueue)
+        queue = _worker_queue_settings(conn.sqlqueue)
+        _ensure_django(queue)
+        # A driver that runs the code itself keeps its routes (its other aliases exist).
+        _apply_queue_settings(queue if _configured_here else conn.sqlqueue)
         from django.db import connections
 
         alias = alias_for(conn)

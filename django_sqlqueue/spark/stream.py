@@ -43,6 +43,7 @@ except ImportError:  # a pyspark without Trigger.AvailableNow for Python sources
         """Stand-in: this pyspark cannot tell a Python source about Trigger.AvailableNow."""
 
 
+from .databases import choose_database
 from .options import SparkOptionError, get_duration, get_group, get_int, get_str
 from .optionset import check_options
 from .ranges import Positions, Range, parse_positions, parse_timestamps, positions_by_time, positions_of
@@ -116,6 +117,7 @@ class MessageStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.options = check_options(options, "stream read")
         self.topics, self.pattern = topic_selection(self.options)
+        self.options = choose_database(self.options, self.topics, "stream read")
         # One topic keeps the flat offsets of earlier versions (checkpoints stay valid).
         self.nested = self.pattern is not None or len(self.topics) != 1
         self.max_rows = get_int(self.options, "maxOffsetsPerTrigger", None, minimum=1)

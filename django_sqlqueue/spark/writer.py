@@ -29,6 +29,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from .databases import choose_database
 from .options import SparkOptionError, get_int, get_str, get_topics
 from .optionset import check_options
 from .runtime import database
@@ -147,6 +148,8 @@ class Publisher:
             self.topic = validate_topic(topics[0])
         except InvalidMessage as exc:
             raise InvalidMessage(f"sqlqueue write: {exc}") from None
+        # The topic's database (its route), or option ``using`` (databases.py).
+        options = self.options = choose_database(options, [self.topic], "write")
         self.columns, self.id_mode = resolve_columns(schema, options, need_id=not streaming)
         self.batch_size = get_int(options, "batchSize", DEFAULT_BATCH_SIZE, minimum=1) or DEFAULT_BATCH_SIZE
         self.id_prefix = get_str(options, "idPrefix", self.topic)

@@ -62,8 +62,8 @@ MUST_HAVE_DATA = (
     "Retries, rejections, timeouts (per s)",
 )
 
-#: Grafana's variables as the test substitutes them: every group and topic, a 30 s rate window.
-VARIABLES = {"group": ".*", "topic": ".*", "__rate_interval": "30s"}
+#: Grafana's variables as the test substitutes them: every database, group and topic, a 30 s rate window.
+VARIABLES = {"database": ".*", "group": ".*", "topic": ".*", "__rate_interval": "30s"}
 
 
 def panels(dashboard: dict) -> list[tuple[str, dict]]:
@@ -117,6 +117,7 @@ def test_the_dashboard_is_importable():
     assert 36 <= dashboard["schemaVersion"] <= 41
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["database"]["query"]["query"] == "label_values(sqlqueue_database_up, database)"
     for name in ("group", "topic"):
         assert variables[name]["query"]["query"].startswith("label_values(sqlqueue_consumergroup_lag")
         assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
@@ -145,7 +146,7 @@ def test_the_dashboard_reads_only_metrics_that_exist():
 def test_promtool_accepts_the_alert_rules():
     result = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 @NEEDS_BINARIES
@@ -207,6 +208,7 @@ def test_every_query_runs_against_a_real_prometheus(prometheus, live_server, run
             30,
             "the gauges view's two dead letters scraped",
         )
+        assert label_values(port, "database", "sqlqueue_database_up") == ["default"]  # the $database variable
         assert "g1" in label_values(port, "group", "sqlqueue_consumergroup_lag")  # the $group variable
         assert "proc.events" in label_values(port, "topic", 'sqlqueue_consumergroup_lag{group=~".*"}')
 
@@ -223,7 +225,7 @@ def test_every_query_runs_against_a_real_prometheus(prometheus, live_server, run
         wait_until(
             lambda: (
                 all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2") for r in rules(port))
-                and len(rules(port)) == 8
+                and len(rules(port)) == 9
             ),
             15,
             "every alert rule evaluated without error",

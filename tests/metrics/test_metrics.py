@@ -46,8 +46,8 @@ def samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def value(found, name: str, **labels: str) -> float:
-    return found[(name, tuple(sorted(labels.items())))]
+def value(found, name: str, database: str = "default", **labels: str) -> float:
+    return found[(name, tuple(sorted({"database": database, **labels}.items())))]
 
 
 def test_the_token_scrapes_every_gauge(client):
@@ -70,8 +70,9 @@ def test_the_token_scrapes_every_gauge(client):
     assert value(found, "sqlqueue_consumergroup_lag_seconds", group="shipping", topic="orders") == 0
     assert value(found, "sqlqueue_consumergroup_lag_seconds", group="billing", topic="orders") >= 0
     assert value(found, "sqlqueue_topic_unsequenced_messages", topic="orders") == 0
-    # Bounded labels: group, topic, partition only.
-    assert {k for (_, labels) in found for k, _ in labels} <= {"group", "topic", "partition"}
+    # Bounded labels: database, group, topic, partition only.
+    assert {k for (_, labels) in found for k, _ in labels} <= {"database", "group", "topic", "partition"}
+    assert value(found, "sqlqueue_database_up") == 1
 
 
 def test_lag_seconds_is_the_health_checks_number(client):

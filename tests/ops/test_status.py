@@ -167,7 +167,8 @@ def test_an_expired_delivery_is_in_flight_for_queue_status_the_console_and_the_m
     families: dict[str, Metric] = {f.name: f for f in QueueCollector(read_snapshot()).collect()}
 
     def gauge(name: str) -> float:
-        (sample,) = [x for x in families[name].samples if x.labels == {"group": "g1", "topic": T}]
+        labels = {"database": "default", "group": "g1", "topic": T}
+        (sample,) = [x for x in families[name].samples if x.labels == labels]
         return sample.value
 
     metrics = {"in_flight": gauge("sqlqueue_in_flight_messages"), "retrying": gauge("sqlqueue_retrying_messages")}

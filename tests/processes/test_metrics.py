@@ -38,7 +38,7 @@ def answers(port: int) -> bool:
     return True
 
 
-G1 = (("group", "g1"), ("topic", "proc.events"))
+G1 = (("database", "default"), ("group", "g1"), ("topic", "proc.events"))
 
 
 @pytest.mark.slow
@@ -80,7 +80,7 @@ def test_a_real_worker_counts_what_its_handlers_did(runconsumer):
     assert polls >= found[("sqlqueue_batch_size_count", G1)] / 8
     assert 0 < found[("sqlqueue_polls_empty_total", G1)] < polls
     assert found[("sqlqueue_poll_duration_seconds_count", G1)] == polls
-    topic = (("topic", "proc.events"),)
+    topic = (("database", "default"), ("topic", "proc.events"))
     assert found[("sqlqueue_sequenced_messages_total", topic)] == 8
     runs = found[("sqlqueue_sequencer_runs_total", topic)]
     assert runs >= 1 and found[("sqlqueue_sequencer_duration_seconds_count", topic)] == runs
@@ -111,7 +111,7 @@ def test_a_hung_handler_counts_as_timed_out(runconsumer):
     worker.expected_status = 1  # as in test_watchdog_processes: stuck threads may stop the worker
     wait_until(lambda: answers(port), 30, "the metrics port answers", show=worker.log)
     publish("proc.hang", {"hang": True}, key=key_for_partition(0))
-    hang = (("group", "hang"), ("topic", "proc.hang"))
+    hang = (("database", "default"), ("group", "hang"), ("topic", "proc.hang"))
 
     def dead_lettered():
         found = scrape(port)
