@@ -187,7 +187,8 @@ def run(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
         "DATABASE_URL": url or database_url(),
     }
     return subprocess.run(
-        [sys.executable, "manage.py", "queue_health", *args],
+        # The process settings route second.* to a second database: these probes read the first.
+        [sys.executable, "manage.py", "queue_health", "--database", "default", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
