@@ -272,7 +272,12 @@ def main() -> None:
         ("action log, one group", "/actionlog/?group=billing&topic=topic3", "-", ""),
     ]
     with connection.cursor() as c:
-        c.execute("EXPLAIN " + get_dialect(connection).distinct_topics_sql)
+        d = get_dialect(connection)
+        # One statement where the vendor has one; MySQL/MariaDB step by index dives (the first).
+        if d.distinct_topics_sql is not None:
+            c.execute("EXPLAIN " + d.distinct_topics_sql)
+        else:
+            c.execute("EXPLAIN " + d.next_topic_sql, [""])
         plan = c.fetchall()
     print(f"\nEXPLAIN of the topic list: {plan[0][-1]!r} ({plan[0][-2]} rows estimated)")
     print(f"\n{'page':32} {'console ms':>10}   {'baseline':52} {'ms':>8} {'ratio':>7}")
