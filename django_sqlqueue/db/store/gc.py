@@ -128,16 +128,13 @@ class GCStore(StoreBase):
         start: int,
     ) -> GCPass:
         """Delete the eligible rows of ``topic`` in ranges of the ``(topic, seq)`` index."""
-        P, OFF, d = self.P, self.OFF, self.dialect
+        P, OFF = self.P, self.OFF
         end = self._last_floor_seq(topic, floors)
         if end is None:
             return GCPass(0, True)
         cases = " ".join(["WHEN %s THEN %s"] * len(floors))
         case_params = [v for p, floor in floors.items() for v in (p, floor)]
-        age_sql, age_params = "", []
-        if retention > 0:
-            cutoff, cutoff_params = d.now_minus(retention)
-            age_sql, age_params = f" AND published_at <= {cutoff}", cutoff_params
+        age_sql, age_params = self._age_filter(retention)
         # Only the seq range is a range an index can serve (the CASE depends on the row's
         # partition): the plan is the primary key's or (topic, seq)'s range, never a walk of
         # the offset index. A partition not in the CASE compares with NULL: never deleted.
@@ -159,6 +156,13 @@ class GCStore(StoreBase):
             if retention > 0 and self._younger_than_retention(topic, high, retention):
                 return GCPass(deleted, True)  # the rest is younger than the retention
         return GCPass(deleted + self._stragglers(topic, floors, end, age_sql, age_params), True)
+
+    def _age_filter(self, retention: float) -> tuple[str, list[Any]]:
+        """`` AND published_at <= <now - retention>`` and its parameters ("" without a retention)."""
+        if retention <= 0:
+            return "", []
+        cutoff, params = self.dialect.now_minus(retention)
+        return f" AND published_at <= {cutoff}", list(params)
 
     def _last_floor_seq(self, topic: str, floors: dict[int, int]) -> int | None:
         """The highest seq among the rows at the floors: where the walk ends."""
@@ -223,10 +227,7 @@ class GCStore(StoreBase):
     ) -> GCPass:
         """Delete each partition's eligible rows in windows of at most ``span`` offsets."""
         P, OFF = self.P, self.OFF
-        age_sql, age_params = "", []
-        if retention > 0:
-            cutoff, cutoff_params = self.dialect.now_minus(retention)
-            age_sql, age_params = f" AND published_at <= {cutoff}", cutoff_params
+        age_sql, age_params = self._age_filter(retention)
         delete = f"DELETE FROM queue_messages WHERE topic = %s AND {P} = %s AND {OFF} > %s AND {OFF} <= %s{age_sql}"
         deleted, span, statements = 0, FIRST_SPAN, 0
         for partition, floor in floors.items():
