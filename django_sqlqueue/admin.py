@@ -18,7 +18,7 @@ from django.urls import path
 
 from .console.actionlog import ActionLogPage
 from .console.actions import Views
-from .console.base import VIEW, has, refuse_nul, refuse_oversized
+from .console.base import VIEW, has, refuse_nul, refuse_oversized, with_database
 from .models import QueueConsole
 
 
@@ -79,6 +79,11 @@ class QueueConsoleAdmin(admin.ModelAdmin):
             ("actionlog/", ActionLogPage(self.admin_site).actionlog, "actionlog"),
         ]
         return [
-            path(route, wrap(refuse_nul(refuse_oversized(view))), name=f"{name}_{suffix}")
+            path(
+                route,
+                # The Tasks tab is of SQLQUEUE["DATABASE"] (the tasks backend's results live there).
+                wrap(refuse_nul(refuse_oversized(with_database(view, fixed=suffix.startswith("task"))))),
+                name=f"{name}_{suffix}",
+            )
             for route, view, suffix in routes
         ]

@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, settings
 
 from django_sqlqueue.models import Message
 
+from .support.databases_scene import Scene
+
 # Property tests (tests/test_*_properties.py) are reproducible: the same examples on every run
 # and every machine, no example database on disk, and no per-example deadline (a database round
 # trip is slow and its time varies). HYPOTHESIS_PROFILE=explore searches at random, for a hunt.
@@ -135,3 +137,15 @@ def second_routes() -> Iterator[None]:
 
     with override_settings(SQLQUEUE={**django_settings.SQLQUEUE, "TOPIC_DATABASES": SECOND_ROUTES}):
         yield
+
+
+@pytest.fixture
+def two_databases(second_routes: None) -> Iterator[Scene]:
+    """The queue in two databases, one topic and the group ``ledger`` in each (tests/support/databases_scene.py)."""
+    from django.conf import settings as django_settings
+    from django.test import override_settings
+
+    from .support import databases_scene
+
+    with override_settings(SQLQUEUE={**django_settings.SQLQUEUE, "TOPICS": databases_scene.SETTINGS_TOPICS}):
+        yield databases_scene.build()

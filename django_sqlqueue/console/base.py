@@ -13,13 +13,15 @@ from django.contrib import messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from ..conf import get_settings
 from ..models import QueueConsole
 from ..ops import OperationError
+from ..ops.base import chosen_database, on_database
 from ..ops.pausing import REASON_LENGTH
 from ..ops.search import parse_value
 from ..rules.limits import CONSUMER_GROUP_LENGTH, KEY_LENGTH, MAX_BIGINT, MESSAGE_ID_LENGTH, TOPIC_COLUMN_LENGTH
@@ -107,6 +109,11 @@ def audit(request: HttpRequest, target: str, message: str, *, deletion: bool = F
     user_id = request.user.pk
     if user_id is None:  # unreachable: every action needs a staff user (require_action)
         raise PermissionDenied("the audit log needs a logged-in user")
+    database = chosen_database()
+    if database is not None and len(get_settings().databases) > 1:
+        # Several databases: the entry says which one the action changed (at the end, so
+        # the action log's kinds, which match the start of the message, still match).
+        message = f"{message} [database {database}]"
     LogEntry.objects.create(
         user_id=user_id,
         content_type=ContentType.objects.get_for_model(QueueConsole, for_concrete_model=False),
@@ -186,6 +193,51 @@ def refuse_oversized(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
     return checked
 
 
+#: The query parameter and form field that choose the database (the switcher's), and the
+#: session key that keeps the choice for the pages visited next.
+DATABASE_FIELD = "db"
+DATABASE_SESSION_KEY = "sqlqueue_console_database"
+
+
+def with_database(view: Callable[..., HttpResponse], *, fixed: bool = False) -> Callable[..., HttpResponse]:
+    """Run ``view`` on the database the console's switcher chose (``?db=<alias>``).
+
+    Only when the queue has several databases (``SQLQUEUE["TOPIC_DATABASES"]``). The
+    alias comes from the form or query string (``db``: every action form carries the
+    one its page showed, so an action never lands in another database than the one the
+    operator looked at), else from the session (the last one chosen), else
+    ``SQLQUEUE["DATABASE"]``. An alias that is not one of the queue's is a 404 naming the
+    known ones. The page renders inside the choice (:func:`~django_sqlqueue.ops.on_database`).
+    ``fixed``: the view is always of ``SQLQUEUE["DATABASE"]`` (the Tasks tab: the tasks
+    backend keeps its results there) and shows no switcher.
+    """
+
+    @functools.wraps(view)
+    def chosen(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        databases = get_settings().databases
+        if len(databases) < 2:
+            return view(request, *args, **kwargs)
+        given = databases[0] if fixed else request.POST.get(DATABASE_FIELD) or request.GET.get(DATABASE_FIELD)
+        if fixed:
+            request.sqlqueue_database_fixed = True  # type: ignore[attr-defined]
+        elif given:
+            if given not in databases:
+                raise Http404(f"{cut(given, 40)!r} is not a database of the queue (known: {', '.join(databases)}).")
+            request.session[DATABASE_SESSION_KEY] = given
+        else:
+            kept = request.session.get(DATABASE_SESSION_KEY)
+            given = kept if kept in databases else databases[0]
+        request.sqlqueue_database = given  # type: ignore[attr-defined]
+        with on_database(given):
+            response = view(request, *args, **kwargs)
+            render = getattr(response, "render", None)
+            if render is not None and not getattr(response, "is_rendered", True):
+                render()  # the template's reads too, on the chosen database
+            return response
+
+    return chosen
+
+
 def cut(text: str, limit: int = FLASH_LENGTH) -> str:
     """Return ``text`` cut to about ``limit`` characters, saying how much was left out."""
     if len(text) <= limit:
@@ -239,6 +291,14 @@ class Console:
             "can": perms,
             "opts": QueueConsole._meta,
             "limits": INPUT_LENGTHS,
+            # The database switcher (base.html): shown when the queue has several databases.
+            "databases": get_settings().databases
+            if len(get_settings().databases) > 1 and not getattr(request, "sqlqueue_database_fixed", False)
+            else [],
+            "database": getattr(request, "sqlqueue_database", None),
+            "database_field": DATABASE_FIELD,
+            # Switching goes to the tab's first page: a seq or a group is of one database only.
+            "database_action": url(tab) if tab in dict(TABS) else url("overview"),
             **context,
         }
         return TemplateResponse(request, f"django_sqlqueue/console/{template}", ctx)

@@ -10,6 +10,7 @@ from django.utils.http import urlencode
 from .. import ops
 from ..conf import get_settings
 from ..exceptions import SQLQueueError
+from ..ops.messages import SCAN_SPAN
 from . import live
 from .auditing import audit_batches
 from .base import (
@@ -92,6 +93,7 @@ class Pages(Console):
                 "searched": f if f.field else None,
                 "topics": topics,
                 "preview_length": PREVIEW_LENGTH,
+                "scan_span": f"{SCAN_SPAN:,}",
                 "retention": retention,
                 "kept": ops.topics.duration_text(retention) if retention > 0 else "",
                 "gc_interval": ops.topics.duration_text(get_settings().GC_INTERVAL),

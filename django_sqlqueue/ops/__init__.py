@@ -2,7 +2,9 @@
 
 Framework-free of the admin and of management commands: every function takes plain
 values, validates them (:class:`OperationError` naming the problem, nothing written) and
-runs on the queue database (``SQLQUEUE["DATABASE"]`` or ``using=``)::
+runs on the queue database: ``using=``, else the one :func:`on_database` chose, else the
+topic's own (``SQLQUEUE["TOPIC_DATABASES"]``) or ``SQLQUEUE["DATABASE"]``; listings without
+a topic read every database and name each row's (see ``ops/base.py``)::
 
     from django_sqlqueue import ops
 
@@ -17,7 +19,7 @@ runs on the queue database (``SQLQUEUE["DATABASE"]`` or ``using=``)::
 
 from __future__ import annotations
 
-from .base import NotFound, OperationError
+from .base import NotFound, OperationError, on_database
 from .deadletters import DeadLetter, DeadLetterFilter, count_dead_letters, get_dead_letter, list_dead_letters
 from .groups import GroupDrop, drop_group, group_offsets, list_groups, parse_partitions
 from .health import Health, Thresholds, check_health, configured_thresholds, dead_letter_cap, overview_problems
@@ -68,6 +70,7 @@ __all__ = [
     "list_subscribers",
     "list_topics",
     "log_topics",
+    "on_database",
     "overview",
     "overview_problems",
     "parse_partitions",

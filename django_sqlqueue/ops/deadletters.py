@@ -31,7 +31,7 @@ from ..rules.dlq import (
     replay_marker,
 )
 from ..rules.limits import MAX_BIGINT, MAX_LIST_LIMIT
-from .base import NotFound, OperationError, alias, brief_repr, check_count, first_line
+from .base import NotFound, OperationError, alias, brief_repr, check_count, first_line, topic_alias
 from .previews import Cut, cut_columns, read_cut
 from .search import check_value, field_path, payload_equals, value_text, window, within
 from .topics import log_topics
@@ -196,8 +196,9 @@ def matching(f: DeadLetterFilter, using: str | None = None) -> QuerySet[Message]
 
     A payload search reads only its window (module docstring); a bad field path or value,
     or a window wider than ``ops.search.MAX_WINDOW``, raises :class:`OperationError` first.
+    Of one database: ``using``, else ``f.topic``'s (or the chosen one, or ``SQLQUEUE["DATABASE"]``).
     """
-    using = alias(using)
+    using = topic_alias(f.topic, using)
     after, before = f.failed_after, f.failed_before
     path = None
     if f.field:

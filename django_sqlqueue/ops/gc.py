@@ -16,13 +16,20 @@ def collect_garbage(*, topics: Sequence[str] | None = None, using: str | None = 
     The per-hour counters (``queue_topic_hours``) of hours older than
     ``SQLQUEUE["STATS_RETENTION"]`` go too (every topic's, whatever ``topics`` says), and
     the console's history minutes older than ``SQLQUEUE["HISTORY_RETENTION"]``.
+    Every database of the queue in turn (``SQLQUEUE["TOPIC_DATABASES"]``), or ``using``
+    only; each of ``topics`` in its own database.
     """
     conf = get_settings()
-    store = QueueStore(using or conf.DATABASE)
-    if topics is None:
-        topics = list(store.registered_topics())
-    deleted = {topic: store.collect_garbage(topic, None, conf.RETENTION) for topic in topics}
-    prune_stats(using=using)
+    deleted: dict[str, int] = {}
+    for db in [using] if using else conf.databases:
+        store = QueueStore(db)
+        if topics is None:
+            mine = list(store.registered_topics())
+        else:
+            mine = [topic for topic in topics if using or conf.database_for(topic) == db]
+        for topic in mine:
+            deleted[topic] = deleted.get(topic, 0) + store.collect_garbage(topic, None, conf.RETENTION)
+        prune_stats(using=db)
     return deleted
 
 

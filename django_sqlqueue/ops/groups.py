@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..conf import get_settings
 from ..db.store import DeliveryCounts
 from ..db.store import lag as partition_lag
 from ..rules.limits import MAX_BIGINT
 from ..rules.validation import validate_group, validate_topic
-from .base import NotFound, OperationError, store
+from .base import NotFound, OperationError, listing_aliases, store, topic_alias
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -32,11 +32,13 @@ class GroupTopic:
     live_subscribers: int
     paused: bool
     last_ack_at: dt.datetime | None
+    #: The database alias that holds the group's rows of the topic.
+    database: str = ""
 
 
 def heads(topic: str | None = None, using: str | None = None) -> dict[tuple[str, int], int]:
     """Return ``{(topic, partition): head_offset}`` from ``queue_partitions`` (the sequencer's head rows)."""
-    return store(using).heads(None if topic is None else [topic])
+    return store(topic_alias(topic, using)).heads(None if topic is None else [topic])
 
 
 def list_groups(group: str | None = None, topic: str | None = None, using: str | None = None) -> list[GroupTopic]:
@@ -44,7 +46,13 @@ def list_groups(group: str | None = None, topic: str | None = None, using: str |
 
     Lag is the store's one definition (:func:`django_sqlqueue.db.store.lag`): messages
     published and committed that the group has not acked yet, unsequenced ones included.
+    Of ``topic``'s database, or ``using``; without either, of every database (each row
+    names its ``database``).
     """
+    return [row for db in listing_aliases(topic, using) for row in _groups(group, topic, db)]
+
+
+def _groups(group: str | None, topic: str | None, using: str) -> list[GroupTopic]:
     s = store(using)
     partitions: dict[tuple[str, str], set[int]] = {}
     last_ack: dict[tuple[str, str], dt.datetime] = {}
@@ -72,6 +80,7 @@ def list_groups(group: str | None = None, topic: str | None = None, using: str |
             live.get((g, t), 0),
             (g, t) in paused,
             last_ack.get((g, t)),
+            using,
         )
         for g, t in pairs
     ]
@@ -102,6 +111,7 @@ class PartitionOffset:
 
 def group_offsets(group: str, topic: str, using: str | None = None) -> list[PartitionOffset]:
     """Return head, watermark, lag, deliveries and lease of each partition of ``topic`` for ``group``."""
+    using = topic_alias(topic, using)
     s = store(using)
     wm = s.group_watermarks(group, topic)
     if not wm and not list_groups(group, topic, using):
@@ -143,6 +153,8 @@ class GroupDrop:
     rows: dict[str, int]
     live_subscribers: int
     dry_run: bool = False
+    #: The database aliases the group had rows in (and lost them, unless ``dry_run``).
+    databases: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -158,23 +170,35 @@ def drop_group(
     transaction. A group with a live subscriber (heartbeat within LEASE_DURATION) is
     refused unless ``force``: its workers would recreate the rows and start over from
     the oldest message still in the log. ``dry_run`` counts the rows only.
+
+    On ``topic``'s database, or ``using``; without either, on every database that has
+    rows of the group (one transaction each, after checking all of them).
     """
     validate_group(group)
     if topic is not None:
         validate_topic(topic, max_length=10_000)
-    s = store(using)
-    live = sum(1 for sub in s.subscribers(group, topic, get_settings().LEASE_DURATION) if sub.live)
-    counts = s.group_rows(group, topic)
-    if not any(counts.values()):
+    duration = get_settings().LEASE_DURATION
+    live, found = 0, {}
+    for db in listing_aliases(topic, using):
+        s = store(db)
+        live += sum(1 for sub in s.subscribers(group, topic, duration) if sub.live)
+        counts = s.group_rows(group, topic)
+        if any(counts.values()):
+            found[db] = counts
+    if not found:
         raise NotFound(f"consumer group {group!r} has no rows" + (f" for topic {topic!r}." if topic else "."))
     if live and not force:
         raise OperationError(
             f"consumer group {group!r} has {live} live subscriber(s); stop its workers first "
             "(or force it: they would start over from the oldest message in the log). Nothing was deleted."
         )
-    if dry_run:
-        return GroupDrop(group, topic, counts, live, dry_run=True)
-    return GroupDrop(group, topic, s.drop_group(group, topic), live)
+    if not dry_run:
+        found = {db: store(db).drop_group(group, topic) for db in found}
+    rows: dict[str, int] = {}
+    for counts in found.values():
+        for table, n in counts.items():
+            rows[table] = rows.get(table, 0) + n
+    return GroupDrop(group, topic, rows, live, dry_run=dry_run, databases=list(found))
 
 
 def parse_partitions(values: Sequence[str] | str | None) -> list[int] | None:

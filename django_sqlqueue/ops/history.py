@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..db.store.history import MINUTE, Sample
-from .base import OperationError, store
+from .base import OperationError, store, topic_alias
 
 #: Window name -> (minutes, minutes per bucket): 60, 96 and 168 points.
 WINDOWS: dict[str, tuple[int, int]] = {"1h": (60, 1), "24h": (24 * 60, 15), "7d": (7 * 24 * 60, 60)}
@@ -114,11 +114,26 @@ def _at(minute: int) -> dt.datetime:
 def histories(
     pairs: Iterable[tuple[str, str]], window: str = "1h", *, using: str | None = None
 ) -> dict[tuple[str, str], Series]:
-    """The series of each (group, topic) over ``window`` (``WINDOWS``), up to this minute."""
+    """The series of each (group, topic) over ``window`` (``WINDOWS``), up to this minute.
+
+    Each pair's from its topic's database (or ``using``, or the chosen one: :mod:`.base`).
+    """
     minutes, step = _window(window)
     wanted = sorted(set(pairs))
     if len(wanted) > MAX_PAIRS:
         raise OperationError(f"at most {MAX_PAIRS} (group, topic) pairs at once, got {len(wanted)}.")
+    by_database: dict[str, list[tuple[str, str]]] = {}
+    for pair in wanted:
+        by_database.setdefault(topic_alias(pair[1], using), []).append(pair)
+    out: dict[tuple[str, str], Series] = {}
+    for db, some in by_database.items():
+        out.update(_histories(some, window, minutes, step, db))
+    return out
+
+
+def _histories(
+    wanted: list[tuple[str, str]], window: str, minutes: int, step: int, using: str
+) -> dict[tuple[str, str], Series]:
     s = store(using)
     now = s.now_minute()
     last = now - now % step

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..conf import get_settings
 from ..db.store import IN_FLIGHT, RETRY, SCHEDULED
-from .base import NotFound, first_line, store
+from .base import NotFound, first_line, listing_aliases, store, topic_alias
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,8 @@ class Lease:
     renewed_at: dt.datetime | None
     #: Not renewed within LEASE_DURATION: its holder is gone or stuck.
     stale: bool
+    #: The database alias that holds the lease.
+    database: str = ""
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class Subscriber:
     heartbeat_at: dt.datetime | None
     deregistered_at: dt.datetime | None
     live: bool
+    #: The database alias that holds the heartbeat row.
+    database: str = ""
 
     @property
     def silent(self) -> bool:
@@ -40,14 +44,29 @@ class Subscriber:
 def list_leases(
     group: str | None = None, topic: str | None = None, *, stale_only: bool = False, using: str | None = None
 ) -> list[Lease]:
-    """Return the partition leases, sorted; a lease not renewed within LEASE_DURATION is stale."""
-    rows = store(using).leases(group, topic, get_settings().LEASE_DURATION, stale_only=stale_only)
-    return [Lease(*row) for row in rows]
+    """Return the partition leases, sorted; a lease not renewed within LEASE_DURATION is stale.
+
+    Of ``topic``'s database, or ``using``; without either, of every database.
+    """
+    duration = get_settings().LEASE_DURATION
+    return [
+        Lease(*row, database=db)
+        for db in listing_aliases(topic, using)
+        for row in store(db).leases(group, topic, duration, stale_only=stale_only)
+    ]
 
 
 def list_subscribers(group: str | None = None, topic: str | None = None, using: str | None = None) -> list[Subscriber]:
-    """Return the subscribers (heartbeat rows), sorted; live: a heartbeat within LEASE_DURATION."""
-    return [Subscriber(*row) for row in store(using).subscribers(group, topic, get_settings().LEASE_DURATION)]
+    """Return the subscribers (heartbeat rows), sorted; live: a heartbeat within LEASE_DURATION.
+
+    Of ``topic``'s database, or ``using``; without either, of every database.
+    """
+    duration = get_settings().LEASE_DURATION
+    return [
+        Subscriber(*row, database=db)
+        for db in listing_aliases(topic, using)
+        for row in store(db).subscribers(group, topic, duration)
+    ]
 
 
 def release_lease(
@@ -61,7 +80,7 @@ def release_lease(
     partition at its next lease round; a subscriber of the group then takes it (see
     :meth:`~django_sqlqueue.db.store.positions.PositionStore.release_lease`).
     """
-    deleted = store(using).release_lease(group, topic, int(partition), holder)
+    deleted = store(topic_alias(topic, using)).release_lease(group, topic, int(partition), holder)
     if not deleted:
         raise NotFound(
             f"no lease of {group}:{topic}[{partition}]"
@@ -88,6 +107,8 @@ class Delivery:
     key: str | None
     #: The last failed attempt's error (type: message, then traceback), or None.
     last_error: str | None = None
+    #: The database alias that holds the delivery state.
+    database: str = ""
 
     @property
     def error_summary(self) -> str:
@@ -107,7 +128,10 @@ def list_deliveries(
     limit: int = 200,
     using: str | None = None,
 ) -> list[Delivery]:
-    """Return unacked delivery state (in flight, retrying, scheduled), soonest visible first, with message ids."""
+    """Return unacked delivery state (in flight, retrying, scheduled), soonest visible first, with message ids.
+
+    Of ``topic``'s database, or ``using``; without either, of every database (``limit`` rows each).
+    """
     code = None
     if status is not None:
         codes = [c for c, name in STATUS.items() if name == status]
@@ -115,6 +139,7 @@ def list_deliveries(
             raise NotFound(f"status must be one of {', '.join(STATUS.values())}, got {status!r}.")
         code = codes[0]
     return [
-        Delivery(g, t, part, off, STATUS.get(st, str(st)), rc, vis, mid, key, err)
-        for g, t, part, off, st, rc, vis, mid, key, err in store(using).deliveries(group, topic, code, limit)
+        Delivery(g, t, part, off, STATUS.get(st, str(st)), rc, vis, mid, key, err, db)
+        for db in listing_aliases(topic, using)
+        for g, t, part, off, st, rc, vis, mid, key, err in store(db).deliveries(group, topic, code, limit)
     ]

@@ -10,6 +10,12 @@ turned into a ``seq`` bound by a binary search over the primary key (``seq`` and
 A payload field (``field="customer.id", value="c-7"``) has no index at all: it is searched
 only within a time window, by default the last hour and at most a day (``ops/search.py``),
 so the database reads that window's ``seq`` range and no more.
+
+A partition (or a key, which names one) has no index in ``seq`` order either: one in eight
+rows of an 8-partition topic matches, and a rare key may match none in a million. Such a page
+reads the ``(topic, seq)`` index backwards in windows of growing width, at most
+:data:`SCAN_SPAN` positions per call; a page that used them up before finding ``limit``
+messages is returned short, with ``Page.scanned_to`` set and a cursor that continues below it.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from ..conf import get_settings
 from ..db.dialects.json_search import JsonScalar
 from ..models import Message
 from ..rules.partitioning import partition_for
-from .base import NotFound, OperationError, alias, store
+from .base import NotFound, OperationError, alias, store, topic_alias
 from .previews import Cut, cut_columns, read_cut
-from .search import check_value, field_path, payload_equals, value_text, window, within
+from .search import TIME_SLACK, check_value, field_path, payload_equals, seq_bound, value_text, window, within
+
+#: The seq positions a page filtered by partition or key reads at most, per call (see above).
+SCAN_SPAN = 100_000
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,9 @@ class Page:
     #: With ``browse(preview=True)``: the start of each item's payload (``items[i].payload``
     #: is then not loaded).
     previews: list[Cut] = field(default_factory=list)
+    #: A page filtered by partition or key that read :data:`SCAN_SPAN` positions before it
+    #: found ``limit`` messages: the seq it read down to (``next_cursor`` continues there).
+    scanned_to: int | None = None
 
 
 def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
@@ -96,14 +108,9 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
         qs = qs.filter(topic=f.topic)
     if f.id:
         qs = qs.filter(id=f.id)
-    partition = f.partition
-    if f.key is not None and f.key != "":
+    if f.key:
         qs = qs.filter(key=f.key)
-        if f.topic and partition is None:
-            registered, count = store(using).registered_partitions(f.topic)
-            if not registered:
-                count = get_settings().partitions_for(f.topic)
-            partition = partition_for(f.key, count)
+    partition = key_partition(f, using)
     if partition is not None:
         qs = qs.filter(partition=partition)
     if after is not None:
@@ -111,6 +118,16 @@ def filtered(f: MessageFilter, using: str) -> QuerySet[Message]:
     if before is not None:
         qs = qs.filter(published_at__lte=before)
     return within(qs, after, before, using)
+
+
+def key_partition(f: MessageFilter, using: str) -> int | None:
+    """The partition ``f`` reads: its own, else its key's in its topic (keys are hashed), else None."""
+    if f.partition is not None or not f.key or not f.topic:
+        return f.partition
+    registered, count = store(using).registered_partitions(f.topic)
+    if not registered:
+        count = get_settings().partitions_for(f.topic)
+    return partition_for(f.key, count)
 
 
 def browse(
@@ -122,19 +139,62 @@ def browse(
     wider than ``ops.search.MAX_WINDOW``, or a bad field path or value, raises
     :class:`~django_sqlqueue.ops.base.OperationError` before any query. With ``preview``, the
     payloads are not loaded: ``Page.previews`` has the start of each (cut by the database)
-    with its length and size in bytes.
+    with its length and size in bytes. Of one database: ``using``, else ``f.topic``'s (or the
+    chosen one, or ``SQLQUEUE["DATABASE"]``); a ``seq`` (the cursor) is a position in it.
     """
-    using = alias(using)
+    using = topic_alias(f.topic, using)
+    if (f.partition is not None or f.key) and not f.id and not f.field:
+        return _scan(f, cursor, limit, preview, using)
     qs = filtered(f, using)
     if cursor is not None:
         qs = qs.filter(seq__lt=cursor)
-    if preview:
-        qs = qs.defer("payload").annotate(**cut_columns("payload", "payload", size=True))
-    rows: list[Any] = list(qs.order_by("-seq")[: limit + 1])
+    rows: list[Any] = list(_shown(qs, preview).order_by("-seq")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    previews = [read_cut(m, "payload", compact=True) for m in rows] if preview else []
-    return Page(rows, rows[-1].seq if more and rows else None, previews)
+    return Page(rows, rows[-1].seq if more and rows else None, _previews(rows, preview))
+
+
+def _shown(qs: QuerySet[Message], preview: bool) -> QuerySet[Message]:
+    return qs.defer("payload").annotate(**cut_columns("payload", "payload", size=True)) if preview else qs
+
+
+def _previews(rows: list[Any], preview: bool) -> list[Cut]:
+    return [read_cut(m, "payload", compact=True) for m in rows] if preview else []
+
+
+def _scan(f: MessageFilter, cursor: int | None, limit: int, preview: bool, using: str) -> Page:
+    """A page filtered by partition or key: windows of the ``(topic, seq)`` index, newest first.
+
+    The first window is wide enough to hold ``limit`` rows of an 8-partition topic twice over;
+    each next one twice the last, until ``limit + 1`` rows are found, the topic's first seq is
+    passed, or :data:`SCAN_SPAN` positions are read.
+    """
+    if f.partition is not None and not f.topic:
+        raise OperationError("filtering by partition needs a topic.")
+    reports = store(using)
+    extent = reports.seq_extent(f.topic)
+    if extent is None:
+        return Page()
+    bottom, top = extent[0], extent[1] + 1
+    if f.after is not None:  # published_at and seq grow together (module docstring)
+        bound = seq_bound(f.after, using)
+        bottom = top if bound is None else max(bottom, bound - TIME_SLACK)
+    if f.before is not None:
+        bound = seq_bound(f.before + dt.timedelta(microseconds=1), using)
+        top = top if bound is None else min(top, bound + TIME_SLACK)
+    high = top if cursor is None else min(cursor, top)
+    partition, key = key_partition(f, using), f.key or None
+    start, span, found = high, max(16 * limit, 1_000), list[int]()
+    while len(found) <= limit and high > bottom and start - high < SCAN_SPAN:
+        low = max(bottom, high - span, start - SCAN_SPAN)
+        found += reports.page_seqs(f.topic, partition, key, (low, high), (f.after, f.before), limit + 1 - len(found))
+        high, span = low, span * 2
+    shown = found[:limit]
+    rows: list[Any] = list(_shown(Message.objects.using(using).filter(seq__in=shown), preview).order_by("-seq"))
+    if len(found) > limit:
+        return Page(rows, shown[-1], _previews(rows, preview))
+    cut = high if high > bottom else None  # the span ran out above the topic's first message
+    return Page(rows, cut, _previews(rows, preview), scanned_to=cut)
 
 
 def get_message(seq: int, using: str | None = None) -> Message:

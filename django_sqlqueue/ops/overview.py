@@ -22,7 +22,7 @@ from ..consumers import known_consumers
 from ..db.store import DeliveryCounts, QueueStore
 from ..rules.atomic_modes import describe
 from ..rules.dlq import dlq_topic
-from .base import alias, store
+from .base import alias, store, topic_alias
 from .groups import GroupTopic, list_groups
 from .leases import Lease, Subscriber, list_leases, list_subscribers
 from .pausing import PausedTopic, paused_topics
@@ -95,6 +95,8 @@ class Overview:
     silent_subscribers: list[Subscriber] = field(default_factory=list)
     paused: list[PausedTopic] = field(default_factory=list)
     cap: int = COUNT_CAP
+    #: The database alias it describes.
+    database: str = ""
 
     @property
     def orphaned_topics(self) -> list[TopicStatus]:
@@ -130,7 +132,8 @@ class Overview:
 
 
 def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
-    """Everything the console's first page shows."""
+    """Everything the console's first page shows, of one database (``using``, else the chosen one or
+    ``SQLQUEUE["DATABASE"]``: see :mod:`django_sqlqueue.ops.base`)."""
     using = alias(using)
     s = store(using)
     now = s.now()
@@ -151,6 +154,7 @@ def overview(using: str | None = None, cap: int = COUNT_CAP) -> Overview:
         silent_subscribers=[s for s in subscribers if s.silent],
         paused=paused_topics(using),
         cap=cap,
+        database=using,
     )
 
 
@@ -169,7 +173,9 @@ def group_statuses(
     """Return the database time and the overview's group rows (of ``group`` and/or ``topic`` only).
 
     The rows ``queue_health`` checks (``ops/health.py``): the same numbers the console shows.
+    Of one database: ``using``, else ``topic``'s (or the chosen one, or ``SQLQUEUE["DATABASE"]``).
     """
+    using = topic_alias(topic, using)
     s = store(using)
     now = s.now()
     groups = list_groups(group, topic, using=using)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..rules.limits import TOPIC_COLUMN_LENGTH
 from ..rules.validation import validate_group, validate_topic
-from .base import OperationError, store
+from .base import OperationError, listing_aliases, store, topic_alias
 
 #: Characters of ``paused_by`` kept (the column's width).
 PAUSED_BY_LENGTH = 150
@@ -38,12 +38,12 @@ def pause(group: str, topic: str, *, by: str = "", reason: str = "", using: str 
         raise OperationError(
             f"the pause reason is {len(reason)} characters long; at most {REASON_LENGTH} are kept. Nothing was paused."
         )
-    return store(using).pause(group, topic, by[:PAUSED_BY_LENGTH], reason)
+    return store(topic_alias(topic, using)).pause(group, topic, by[:PAUSED_BY_LENGTH], reason)
 
 
 def resume(group: str, topic: str, *, using: str | None = None) -> bool:
     """Resume a paused (group, topic); return False if it was not paused."""
-    return store(using).resume(group, topic)
+    return store(topic_alias(topic, using)).resume(group, topic)
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ class PausedTopic:
     paused_at: dt.datetime | None
     paused_by: str
     reason: str
+    #: The database alias that holds the pause.
+    database: str = ""
 
 
 def paused_topics(using: str | None = None) -> list[PausedTopic]:
-    """Return every paused (group, topic), sorted."""
-    return [PausedTopic(*row) for row in store(using).paused_topics()]
+    """Return every paused (group, topic), sorted, of database ``using`` (default: every database)."""
+    return [PausedTopic(*row, database=db) for db in listing_aliases(None, using) for row in store(db).paused_topics()]

@@ -49,7 +49,7 @@ from ..db.store.messages import write_messages
 from ..rules.dlq import prepare_replay_payload, replay_id, replay_metadata
 from ..rules.limits import MAX_BATCH_SIZE, MAX_BIGINT
 from ..rules.validation import PreparedMessage, encode_json
-from .base import OperationError, alias, check_count, store
+from .base import OperationError, alias, check_count, store, topic_alias
 from .deadletters import DEFAULT_BATCH, DeadLetter, DeadLetterFilter, from_message, matching
 
 
@@ -239,7 +239,7 @@ def _run_matching(
     on_batch: OnBatch | None,
 ) -> BulkResult:
     size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
-    using = alias(using)
+    using = topic_alias(f.topic, using)  # a topic's dead letters live in its database
     f = f.resolved()  # a payload search's window fixed once: every batch reads the same one
     total = BulkResult(action, 0, dry_run=dry_run)
     for batch in _matching_seqs(f, size, using):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..db.store import QueueStore
 from ..rules.validation import validate_group, validate_topic
-from .base import NotFound, OperationError, alias, store
+from .base import NotFound, OperationError, store, topic_alias
 
 POSITIONS = ("earliest", "latest")
 #: Unknown partitions an error names; it counts the rest ("and 299990 more"): a preview of
@@ -178,7 +178,15 @@ def plan_seek(
     next) or ``position`` (``"earliest"``: everything still in the log again;
     ``"latest"``: skip to the head). Writes nothing.
     """
-    return _plan(store(using), group, topic, offset=offset, time=time, position=position, partitions=partitions)
+    return _plan(
+        store(topic_alias(topic, using)),
+        group,
+        topic,
+        offset=offset,
+        time=time,
+        position=position,
+        partitions=partitions,
+    )
 
 
 def seek(
@@ -201,7 +209,7 @@ def seek(
     watermark and keep it above (acked stays acked, a retry keeps its count); (4) write
     the watermark. Returns the plan as applied.
     """
-    s = store(alias(using))
+    s = store(topic_alias(topic, using))
     # A first plan, unlocked, validates the request and picks the partitions; the plan
     # applied is computed again from the locked watermark rows.
     preview = _plan(s, group, topic, offset=offset, time=time, position=position, partitions=partitions)

@@ -15,6 +15,7 @@ from ..consumers import known_consumers
 from ..db.store import DeliveryCounts, QueueStore
 from ..rules.atomic_modes import describe
 from ..rules.dlq import dlq_topic
+from .base import topic_alias
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,13 @@ def atomic_consumers(group: str | None = None, topic: str | None = None) -> list
 
 
 def queue_status(*, group: str | None = None, topic: str | None = None, using: str | None = None) -> QueueStatus:
-    """Return the status of every consumer group (or ``group``) on every topic it consumes."""
+    """Return the status of every consumer group (or ``group``) on every topic it consumes.
+
+    Of one database: ``using``, else ``topic``'s (or the chosen one, or ``SQLQUEUE["DATABASE"]``);
+    ``queue_status`` reads each database in turn.
+    """
     conf = get_settings()
-    store = QueueStore(using or conf.DATABASE)
+    store = QueueStore(topic_alias(topic, using))
     pairs = store.consumer_pairs(group, topic)
     consumers = atomic_consumers(group, topic)
     if not pairs:

@@ -30,7 +30,7 @@ from django.db import transaction
 from ..conf import MAX_PARTITIONS, get_settings
 from ..rules.limits import MAX_BATCH_SIZE, TOPIC_COLUMN_LENGTH
 from ..rules.validation import validate_topic
-from .base import NotFound, OperationError, check_count, store
+from .base import NotFound, OperationError, check_count, listing_aliases, store, topic_alias
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class TopicInfo:
     original_topic: str = ""
     #: How long garbage collection leaves its messages, in words (:func:`kept_for`).
     kept: str = ""
+    #: The database alias that holds the topic.
+    database: str = ""
 
     @property
     def unconsumed(self) -> bool:
@@ -82,7 +84,14 @@ def consuming_groups(using: str | None = None) -> dict[str, list[str]]:
 
 
 def list_topics(using: str | None = None) -> list[TopicInfo]:
-    """Return every topic: in the log, registered by a worker, or consumed by a group; sorted by name."""
+    """Return every topic: in the log, registered by a worker, or consumed by a group; sorted by name.
+
+    Of database ``using``; without it, of every database (each topic names its ``database``).
+    """
+    return [info for db in listing_aliases(None, using) for info in _topics(db)]
+
+
+def _topics(using: str) -> list[TopicInfo]:
     conf = get_settings()
     s = store(using)
     registered = s.registered_topics()
@@ -101,6 +110,7 @@ def list_topics(using: str | None = None) -> list[TopicInfo]:
                 dead_letter_topic=dead_letters,
                 original_topic=name[: -len(conf.DLQ_SUFFIX)] if dead_letters else "",
                 kept=kept_for(bool(consumed_by), dead_letters, conf.RETENTION),
+                database=using,
             )
         )
     return out
@@ -165,7 +175,7 @@ def purge_topic(
     """
     validate_topic(topic, max_length=TOPIC_COLUMN_LENGTH)
     size = check_count(batch_size, "batch_size", MAX_BATCH_SIZE)
-    s = store(using)
+    s = store(topic_alias(topic, using))
     max_seq, count, known = s.topic_extent(topic)
     if not max_seq and not known:
         raise NotFound(f"topic {topic!r} has no messages and no consumer.")
@@ -214,7 +224,7 @@ def repartition_topic(topic: str, partitions: int, *, dry_run: bool = False, usi
             f"SQLQUEUE gives topic {topic!r} {configured} partitions, not {partitions}: publishers hash keys with "
             f"the settings, so set SQLQUEUE['TOPICS'][{topic!r}] = {{'partitions': {partitions}}} first."
         )
-    s = store(using)
+    s = store(topic_alias(topic, using))
     registered, old = s.registered_partitions(topic)
     if registered and old is None:
         raise OperationError(f"topic {topic!r} is registered with one partition per key; it cannot be repartitioned.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib import admin
 from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.test import Client, RequestFactory, override_settings
 from django.urls import reverse
@@ -19,6 +19,7 @@ from django_sqlqueue.console.pages import Pages
 from django_sqlqueue.console.tasks import TaskPages
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic, QueueConsole
 
+from ..support.console_client import login, u
 from ..support.console_scene import SETTINGS, build
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("scene_settings")]
@@ -38,18 +39,6 @@ ACTION_PERMS = [
 def scene_settings():
     with override_settings(SQLQUEUE=SETTINGS):
         yield
-
-
-def u(name: str, *args) -> str:
-    return reverse(f"admin:django_sqlqueue_queueconsole_{name}", args=args)
-
-
-def login(*perms: str, staff: bool = True) -> Client:
-    user = User.objects.create_user(f"user{User.objects.count()}", password="pw", is_staff=staff)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="django_sqlqueue", codename__in=perms))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -200,6 +189,18 @@ def test_messages_filters_and_pagination(scene, viewer):
     bad = viewer.get(u("messages"), {"id": "o1"}).content.decode()
     assert "needs a topic" in bad
     assert "not a date" in viewer.get(u("messages"), {"after": "yesterday"}).content.decode()
+
+
+def test_a_key_page_that_read_its_span_says_so_and_goes_on(scene, viewer, monkeypatch):
+    from django_sqlqueue.ops import messages
+
+    monkeypatch.setattr(messages, "SCAN_SPAN", 4)  # the newest 4 positions of orders: o16..o19
+    html = viewer.get(u("messages"), {"topic": "orders", "key": "k1"}).content.decode()  # o0, o4, ..., o16
+    assert "o16" in html and "o12" not in html
+    assert 'id="scanned"' in html and "read the topic down to seq" in html and 'id="older"' in html
+    cursor = html.split("cursor=")[1].split('"')[0]
+    older = viewer.get(u("messages"), {"topic": "orders", "key": "k1", "cursor": cursor}).content.decode()
+    assert "o12" in older and "o16" not in older
 
 
 def test_deadletter_filters(scene, viewer):

@@ -112,6 +112,58 @@ class MessageReportStore(StoreBase):
             topics.append(rows[0][0])
         return topics
 
+    # -- the message browser (``ops/messages.py``) -----------------------------------------
+
+    def seq_extent(self, topic: str | None) -> tuple[int, int] | None:
+        """The lowest and highest seq of ``topic``'s messages (None: of the log), or None if there are none.
+
+        Two ends of one index: ``(topic, seq)``, or the primary key without a topic.
+        """
+        where, params = (" WHERE topic = %s", [topic]) if topic is not None else ("", [])
+        ((low, high),) = self._fetchall(f"SELECT MIN(seq), MAX(seq) FROM queue_messages{where}", params)
+        return None if low is None else (int(low), int(high))
+
+    def page_seqs(
+        self,
+        topic: str | None,
+        partition: int | None,
+        key: str | None,
+        seqs: tuple[int, int],
+        published: tuple[dt.datetime | None, dt.datetime | None],
+        limit: int,
+    ) -> list[int]:
+        """The seqs ``low <= seq < high`` of the messages of ``topic`` (None: any), ``partition``
+        and ``key`` (None: any) published within ``published`` (from, to; None: open), newest
+        first, at most ``limit``.
+
+        Reads the ``(topic, seq)`` index backwards from ``high`` (the primary key without a
+        topic), at most ``high - low`` entries, and nothing else. ``partition + 0`` keeps the
+        ``(topic, partition, offset)`` index out of the plan: it would read the partition's every
+        row and sort them. MySQL/MariaDB are told the index too: right after a bulk load their
+        statistics chose a backward walk of the primary key for a partition's page, 2.2 s at
+        1,000,000 messages (issue 32).
+        """
+        d = self.dialect
+        low, high = seqs
+        where = ["seq >= %s", "seq < %s"]
+        params: list[Any] = [low, high]
+        if topic is not None:
+            where.insert(0, "topic = %s")
+            params.insert(0, topic)
+        if partition is not None:
+            where.append(f"{self.P} + 0 = %s")
+            params.append(partition)
+        if key is not None:
+            where.append(f"{d.qn('key')} = %s")
+            params.append(key)
+        for op, when in zip((">=", "<="), published, strict=True):
+            if when is not None:
+                where.append(f"published_at {op} %s")
+                params.append(d.adapt_datetime(when))
+        hint = d.use_index("queue_msg_topic_seq" if topic is not None else "PRIMARY")
+        sql = f"SELECT seq FROM queue_messages {hint} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s"
+        return [int(row[0]) for row in self._fetchall(sql, [*params, limit])]
+
     def dead_letter_count(self, dlq_topic: str, group: str | None = None, cap: int | None = None) -> int:
         """Count the dead letters in ``dlq_topic`` (of ``group`` only), reading at most ``cap + 1``.
 

@@ -150,3 +150,19 @@ def chosen_databases(only: list[str], topic: str | None = None) -> list[str]:
     if only:
         return list(dict.fromkeys(only))
     return [conf.database_for(topic)] if topic is not None else conf.databases
+
+
+def add_one_database_option(parser: CommandParser) -> None:
+    """``--database ALIAS`` (once): the database an action runs on, when not its topic's own."""
+    parser.add_argument(
+        "--database",
+        metavar="ALIAS",
+        help="run on database ALIAS (default: the topic's own database under SQLQUEUE['TOPIC_DATABASES'], "
+        "else SQLQUEUE['DATABASE'])",
+    )
+
+
+def one_database(options: dict[str, Any]) -> str | None:
+    """The ``--database`` alias of ``add_one_database_option`` (checked), or None."""
+    given = options.get("database")
+    return None if given is None else chosen_databases([given])[0]

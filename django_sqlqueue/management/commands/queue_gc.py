@@ -6,10 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from django_sqlqueue.conf import get_settings
 from django_sqlqueue.ops.gc import collect_garbage
 
 from . import _args
-from ._console import ops_errors
+from ._console import add_database_option, chosen_databases, ops_errors
 
 
 class Command(BaseCommand):
@@ -17,13 +18,35 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "--topic", action="append", type=_args.topic, default=None, help="only this topic (repeatable)"
+            "--topic",
+            action="append",
+            type=_args.topic,
+            default=None,
+            help="only this topic (repeatable), in its own database",
         )
+        add_database_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        conf = get_settings()
+        aliases = chosen_databases(options["database"])
+        topics = options["topic"]
+        total: dict[str, int] = {}
         with ops_errors():
-            deleted = collect_garbage(topics=options["topic"])
-        for topic, count in deleted.items():
-            if count or options["verbosity"] > 1:
-                self.stdout.write(f"{topic}: deleted {count} message(s)")
-        self.stdout.write(f"deleted {sum(deleted.values())} message(s) in {len(deleted)} topic(s)")
+            for alias in aliases:
+                # --topic: each topic in its own database (unless --database names another).
+                mine = (
+                    None
+                    if topics is None
+                    else [t for t in topics if options["database"] or conf.database_for(t) == alias]
+                )
+                if mine == []:
+                    continue
+                deleted = collect_garbage(topics=mine, using=alias)
+                # Several databases: each line names its database.
+                prefix = f"database={alias} " if len(aliases) > 1 else ""
+                for topic, count in deleted.items():
+                    if count or options["verbosity"] > 1:
+                        self.stdout.write(f"{prefix}{topic}: deleted {count} message(s)")
+                    total[topic] = total.get(topic, 0) + count
+        where = f" in {len(aliases)} databases" if len(aliases) > 1 else ""
+        self.stdout.write(f"deleted {sum(total.values())} message(s) in {len(total)} topic(s){where}")

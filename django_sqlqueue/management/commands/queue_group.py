@@ -7,50 +7,70 @@ from typing import Any, ClassVar
 from django.core.management.base import CommandError, CommandParser
 
 from django_sqlqueue import ops
+from django_sqlqueue.conf import get_settings
 from django_sqlqueue.ops.pausing import REASON_LENGTH
 
 from . import _args
-from ._console import Subcommand, SubcommandCommand, destructive, parse_time
+from ._console import (
+    Subcommand,
+    SubcommandCommand,
+    add_database_option,
+    add_one_database_option,
+    chosen_databases,
+    destructive,
+    one_database,
+    parse_time,
+)
 
 
 def add_list(p: CommandParser) -> None:
     p.add_argument("--group", type=_args.group)
     p.add_argument("--topic", type=_args.topic)
     p.add_argument("--partitions", action="store_true", help="one row per partition")
+    add_database_option(p)
 
 
 def do_list(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
-    groups = ops.list_groups(o.get("group"), o.get("topic"))
+    aliases = chosen_databases(o["database"], o.get("topic"))
+    groups = [g for db in aliases for g in ops.list_groups(o.get("group"), o.get("topic"), using=db)]
+    # Several databases: each row starts with its database ("database/group:topic" per partition).
+    where = len(aliases) > 1
     if o["partitions"]:
-        data = {f"{g.group}:{g.topic}": ops.group_offsets(g.group, g.topic) for g in groups}
+        data = {
+            (f"{g.database}/" if where else "") + f"{g.group}:{g.topic}": ops.group_offsets(
+                g.group, g.topic, using=g.database
+            )
+            for g in groups
+        }
         rows = [
             (key, r.partition, r.head, r.watermark, r.lag, r.in_flight, r.retrying, r.leased_by)
             for key, parts in data.items()
             for r in parts
         ]
+        head = ("database/" if where else "") + "group:topic"
         cmd.emit(
             o,
             data,
-            cmd.table(
-                ("group:topic", "partition", "head", "watermark", "lag", "in flight", "retrying", "leased by"), rows
-            ),
+            cmd.table((head, "partition", "head", "watermark", "lag", "in flight", "retrying", "leased by"), rows),
         )
         return
     summary = [
-        (g.group, g.topic, g.partitions, g.lag, g.live_subscribers, "paused" if g.paused else "") for g in groups
+        ((g.database,) if where else ())
+        + (g.group, g.topic, g.partitions, g.lag, g.live_subscribers, "paused" if g.paused else "")
+        for g in groups
     ]
+    columns = ("group", "topic", "partitions", "lag", "live subscribers", "state")
     cmd.emit(
         o,
         groups,
-        cmd.table(("group", "topic", "partitions", "lag", "live subscribers", "state"), summary)
-        if groups
-        else "no consumer groups",
+        cmd.table((("database",) if where else ()) + columns, summary) if groups else "no consumer groups",
     )
 
 
 def add_pair(p: CommandParser) -> None:
     p.add_argument("group", type=_args.group)
     p.add_argument("topic", type=_args.topic)
+    add_one_database_option(p)
 
 
 def add_pause(p: CommandParser) -> None:
@@ -59,12 +79,12 @@ def add_pause(p: CommandParser) -> None:
 
 
 def do_pause(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
-    changed = ops.pause(o["group"], o["topic"], by="cli", reason=o["reason"])
+    changed = ops.pause(o["group"], o["topic"], by="cli", reason=o["reason"], using=one_database(o))
     cmd.emit(o, {"paused": changed}, f"paused {o['group']} on {o['topic']}" if changed else "already paused")
 
 
 def do_resume(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
-    changed = ops.resume(o["group"], o["topic"])
+    changed = ops.resume(o["group"], o["topic"], using=one_database(o))
     cmd.emit(o, {"resumed": changed}, f"resumed {o['group']} on {o['topic']}" if changed else "was not paused")
 
 
@@ -72,22 +92,39 @@ def add_drop(p: CommandParser) -> None:
     p.add_argument("group", type=_args.group)
     p.add_argument("--topic", type=_args.topic, help="only the group's consumption of this topic")
     p.add_argument("--force", action="store_true", help="even with live subscribers")
+    p.add_argument(
+        "--database",
+        metavar="ALIAS",
+        help="only in database ALIAS (default: --topic's database; without --topic, every database)",
+    )
     destructive(p)
 
 
 def do_drop(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
-    preview = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"], dry_run=True)
-    lines = [f"{table}: {n}" for table, n in preview.rows.items()]
+    using = one_database(o)
+    preview = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"], dry_run=True, using=using)
+    lines = [f"{table}: {n}" for table, n in preview.rows.items()] + _where(preview)
     if o["dry_run"]:
         cmd.emit(o, preview, [f"would delete {preview.total} row(s) of group {o['group']}:", *lines])
         return
     cmd.confirm(
         o, f"Drop group {o['group']}" + (f" on {o['topic']}" if o.get("topic") else "") + f" ({preview.total} rows)?"
     )
-    done = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"])
+    done = ops.drop_group(o["group"], topic=o.get("topic"), force=o["force"], using=using)
     cmd.emit(
-        o, done, [f"dropped {done.total} row(s) of group {o['group']}:", *[f"{t}: {n}" for t, n in done.rows.items()]]
+        o,
+        done,
+        [
+            f"dropped {done.total} row(s) of group {o['group']}:",
+            *[f"{t}: {n}" for t, n in done.rows.items()],
+            *_where(done),
+        ],
     )
+
+
+def _where(drop: ops.GroupDrop) -> list[str]:
+    """The databases of a drop, when the queue has several (one line), else nothing."""
+    return [f"in database(s): {', '.join(drop.databases)}"] if len(get_settings().databases) > 1 else []
 
 
 def add_seek(p: CommandParser) -> None:
@@ -104,7 +141,7 @@ def add_seek(p: CommandParser) -> None:
 
 
 def do_seek(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
-    kwargs: dict[str, Any] = {"partitions": ops.parse_partitions(o.get("partitions"))}
+    kwargs: dict[str, Any] = {"partitions": ops.parse_partitions(o.get("partitions")), "using": one_database(o)}
     if o.get("to_offset") is not None:
         kwargs["offset"] = o["to_offset"]
     elif o.get("to_time"):
