@@ -258,10 +258,29 @@ class Sequencer(StoreBase):
 
     def unsequenced_partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with committed messages waiting for an offset."""
-        rows = self._fetchall(
-            f"SELECT DISTINCT {self.P} FROM queue_messages WHERE topic = %s AND {self.OFF} IS NULL", [topic]
-        )
-        return sorted(int(r[0]) for r in rows)
+        P, OFF = self.P, self.OFF
+        if not self.dialect.unsequenced_via_heads:
+            # PostgreSQL and SQLite: their partial index holds only the unsequenced rows.
+            rows = self._fetchall(
+                f"SELECT DISTINCT {P} FROM queue_messages WHERE topic = %s AND {OFF} IS NULL", [topic]
+            )
+            return sorted(int(r[0]) for r in rows)
+        # MySQL/MariaDB: ``DISTINCT`` read the topic's whole offset index (1,002,000 entries at
+        # 1,000,000 messages, issue 32). Step from partition to partition instead, one dive
+        # each, and probe each for a NULL offset (NULLs come first in its range). Plain reads.
+        hint = self.dialect.use_index("queue_msg_offset")
+        found: list[int] = []
+        last = -1
+        while rows := self._fetchall(
+            f"SELECT {P} FROM queue_messages {hint} WHERE topic = %s AND {P} > %s ORDER BY {P} LIMIT 1", [topic, last]
+        ):
+            last = int(rows[0][0])
+            if self._fetchall(
+                f"SELECT 1 FROM queue_messages {hint} WHERE topic = %s AND {P} = %s AND {OFF} IS NULL LIMIT 1",
+                [topic, last],
+            ):
+                found.append(last)
+        return found
 
 
 def count_sequenced(d: Dialect, cursor: Any, topic: str, heads: dict[int, int], new_heads: dict[int, int]) -> None:

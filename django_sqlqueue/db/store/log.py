@@ -43,6 +43,8 @@ LOG_COLUMNS = (
 )
 #: Rows fetched per query while reading a range.
 FETCH_ROWS = 10_000
+#: Partitions per statement of :meth:`LogStore.offset_ranges` (two UNION ALL branches each).
+RANGE_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -83,22 +85,41 @@ class LogStore(StoreBase):
 
     def offset_ranges(self, topic: str, f: LogFilter) -> list[tuple[int, int, int]]:
         """Return ``(partition, lowest offset, highest offset)`` of ``topic``'s sequenced
-        messages that pass ``f``, by partition."""
-        P, OFF = self.P, self.OFF
-        sql = f"SELECT {P}, MIN({OFF}), MAX({OFF}) FROM queue_messages WHERE topic = %s AND {OFF} IS NOT NULL"
-        params: list[Any] = [topic]
+        messages that pass ``f``, by partition.
+
+        Two dives into the offset index per partition with a head row (every sequenced
+        partition has one), not ``MIN/MAX ... GROUP BY partition``: PostgreSQL has no loose
+        index scan and read the whole topic for it (1,000,000 rows; issue 32). A time filter
+        walks each partition from its end up to the first row in time (no index on
+        ``published_at``).
+        """
+        P, OFF, d = self.P, self.OFF, self.dialect
+        wanted = set(f.partitions or ())
+        partitions = [p for p in sorted(self.head_offsets(topic)) if not wanted or p in wanted]
+        where = f"topic = %s AND {P} = %s AND {OFF} IS NOT NULL"
+        bounds: list[Any] = []
         if f.start_offset:
-            sql += f" AND {OFF} >= %s"
-            params.append(f.start_offset)
+            where += f" AND {OFF} >= %s"
+            bounds.append(f.start_offset)
         if f.end_offset:
-            sql += f" AND {OFF} <= %s"
-            params.append(f.end_offset)
-        if f.partitions:
-            sql += f" AND {P} IN ({in_list(f.partitions)})"
-            params.extend(f.partitions)
+            where += f" AND {OFF} <= %s"
+            bounds.append(f.end_offset)
         time_sql, time_params = self._time_filters(f)
-        rows = self._fetchall(f"{sql}{time_sql} GROUP BY {P} ORDER BY {P}", params + time_params)
-        return [(int(partition), int(first), int(last)) for partition, first, last in rows]
+        found: dict[int, list[int]] = {}
+        for start in range(0, len(partitions), RANGE_CHUNK):
+            branches: list[str] = []
+            params: list[Any] = []
+            for partition in partitions[start : start + RANGE_CHUNK]:
+                for order in ("", " DESC"):
+                    select = (
+                        f"SELECT {P}, {OFF} FROM queue_messages {d.use_index('queue_msg_offset')} "
+                        f"WHERE {where}{time_sql} ORDER BY {OFF}{order} LIMIT 1"
+                    )
+                    branches.append(d.union_branch(select, len(branches)))
+                    params += [topic, partition, *bounds, *time_params]
+            for partition, offset in self._fetchall(" UNION ALL ".join(branches), params):
+                found.setdefault(int(partition), []).append(int(offset))
+        return [(p, min(offsets), max(offsets)) for p, offsets in sorted(found.items())]
 
     def read_range(
         self, topic: str, partition: int, first: int, last: int, f: LogFilter, *, fetch_rows: int = FETCH_ROWS

@@ -96,16 +96,21 @@ class PositionStore(StoreBase):
 
     def first_offset(self, topic: str, partition: int, since: dt.datetime | None = None) -> int | None:
         """Return the smallest offset in the partition (published at or after ``since``), or None."""
+        # The first entry of the partition's offset range, one index dive (pinned: ``MIN()``
+        # with ``IS NOT NULL`` made MariaDB read the partition's whole range, 125,000 rows at
+        # 1,000,000 messages; issue 32).
         sql = (
-            f"SELECT MIN({self.OFF}) FROM queue_messages WHERE topic = %s AND {self.P} = %s AND {self.OFF} IS NOT NULL"
+            f"SELECT {self.OFF} FROM queue_messages {self.dialect.use_index('queue_msg_offset')} "
+            f"WHERE topic = %s AND {self.P} = %s AND {self.OFF} IS NOT NULL"
         )
         params: list[object] = [topic, partition]
         if since is not None:
-            # No index on published_at: this reads the partition's rows (an operator action, not a hot path).
+            # No index on published_at: this walks the partition in offset order up to the first
+            # message published at ``since`` (an operator action, not a hot path).
             sql += " AND published_at >= %s"
             params.append(self.dialect.adapt_datetime(since))
-        ((first,),) = self._fetchall(sql, params)
-        return None if first is None else int(first)
+        rows = self._fetchall(f"{sql} ORDER BY {self.OFF} LIMIT 1", params)
+        return int(rows[0][0]) if rows else None
 
     def count_messages(self, topic: str, partition: int, low: int, high: int) -> int:
         """Count the partition's messages with ``low < offset <= high``."""
