@@ -69,6 +69,7 @@ def _rows(run: dict[str, Any]) -> list[tuple[str, str, float | None]]:
     for name, r in run["reads"].items():
         rows.append((f"{name}: first call", "ms", r["first_ms"]))
         rows.append((f"{name}: best / slowest", "ms", r["best_ms"]))
+        rows.append((f"{name}: its statements (median call)", "ms", r.get("db_median_ms")))
     rows += [
         ("GC", "msgs/s", g["msgs_per_s"] if g["deleted"] else None),
         ("GC / publish_many", "x", g["vs_publish_many"] if g["deleted"] else None),

@@ -85,6 +85,25 @@ def test_collect_garbage_of_chosen_topics():
     assert collect_garbage(topics=[]) == {}
 
 
+def test_a_paced_collection_deletes_the_same_and_a_bad_pace_deletes_nothing():
+    from django.core.management import CommandError, call_command
+
+    from django_sqlqueue.ops.base import OperationError
+
+    fill("gc.a", K, 5)
+    fill("gc.a", J, 5)
+    ConsumerOffsetFactory(consumer_group="g", topic="gc.a", partition=K, offset_acked=4)
+    ConsumerOffsetFactory(consumer_group="g", topic="gc.a", partition=J, offset_acked=2)
+    for bad in (-1, 101, float("nan"), "1", True, None):
+        with pytest.raises(OperationError, match="pace must be a number from 0 to 100"):
+            collect_garbage(topics=["gc.a"], pace=bad)  # type: ignore[arg-type]
+    with pytest.raises(CommandError, match="--pace: must be a number from 0 to 100"):
+        call_command("queue_gc", "--topic", "gc.a", "--pace", "-1")
+    assert offsets("gc.a", K) == [1, 2, 3, 4, 5]  # nothing deleted by a refused call
+    assert collect_garbage(topics=["gc.a"], pace=0.5) == {"gc.a": 6}
+    assert offsets("gc.a", K) == [5] and offsets("gc.a", J) == [3, 4, 5]
+
+
 def test_collect_garbage_waits_for_a_group_that_only_sent_heartbeats():
     fill("gc.a", K, 5)
     register("gc.a")

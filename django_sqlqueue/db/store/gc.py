@@ -87,10 +87,13 @@ class GCStore(StoreBase):
         floors = {p: min(marks[p].get(group, 0) for group in groups) for p in sorted(marks)}
         return {p: floor for p, floor in floors.items() if floor > 0}
 
-    def collect_garbage(self, topic: str, partitions: Sequence[int] | None, retention: float) -> int:
+    def collect_garbage(
+        self, topic: str, partitions: Sequence[int] | None, retention: float, *, pace: float = 0.0
+    ) -> int:
         """Delete what every consuming group has acked (and older than ``retention``); return
-        the messages deleted. Runs to the end, in short transactions (see the module)."""
-        return self.garbage_pass(topic, partitions, retention).deleted
+        the messages deleted. Runs to the end, in short transactions (see the module), with
+        ``pace`` times each statement's time slept after it."""
+        return self.garbage_pass(topic, partitions, retention, pace=pace).deleted
 
     def garbage_pass(
         self,

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_sqlqueue.conf import get_settings
-from django_sqlqueue.ops.gc import collect_garbage
+from django_sqlqueue.ops.gc import MAX_PACE, collect_garbage
 
 from . import _args
 from ._console import add_database_option, chosen_databases, ops_errors
@@ -23,6 +23,13 @@ class Command(BaseCommand):
             type=_args.topic,
             default=None,
             help="only this topic (repeatable), in its own database",
+        )
+        parser.add_argument(
+            "--pace",
+            type=_args.bounded_float(0, MAX_PACE),
+            default=0.0,
+            help="after each delete statement, sleep PACE times as long as it took (default 0: full speed; "
+            "1: half the database time; 3: a quarter), for a big clean-up next to busy publishers",
         )
         add_database_option(parser)
 
@@ -41,7 +48,7 @@ class Command(BaseCommand):
                 )
                 if mine == []:
                     continue
-                deleted = collect_garbage(topics=mine, using=alias)
+                deleted = collect_garbage(topics=mine, using=alias, pace=options["pace"])
                 # Several databases: each line names its database.
                 prefix = f"database={alias} " if len(aliases) > 1 else ""
                 for topic, count in deleted.items():
