@@ -1,7 +1,8 @@
 """Rate and concurrency limits across real runconsumer processes (slow).
 
 - a task limited to 20/s, run by 3 workers: no one-second window holds more than 20
-  starts (burst 1), and every task runs once, on its first attempt;
+  admissions (burst 1; its starts, on the handlers' clock: ``HAND_OFF_SLACK``), and every
+  task runs once, on its first attempt;
 - a task limited to 2 at once per account, run by 3 workers with 3 handler threads each:
   never more than 2 of one account overlap, and the limit is used (2 do overlap);
 - in one partition (so in one batch), a running concurrency-limited task holds up neither
@@ -38,10 +39,19 @@ def runconsumer(runconsumer: Callable[..., ConsumerProcess]) -> Callable[..., Co
     )
 
 
-def most_in_one_second(starts: list[float]) -> int:
-    """The most starts in any window [t, t + 1 s) (t at a start: the worst window)."""
+def most_in_window(starts: list[float], seconds: float) -> int:
+    """The most starts in any window [t, t + seconds) (t at a start: the worst window)."""
     starts = sorted(starts)
-    return max(sum(1 for s in starts[i:] if s < t + 1.0) for i, t in enumerate(starts))
+    return max(sum(1 for s in starts[i:] if s < t + seconds) for i, t in enumerate(starts))
+
+
+#: Starts a window may hold beyond the limit's admissions. The limiter admits on the
+#: database clock, at least 1/20 s apart; a start is the handler's clock, after the worker
+#: hands the admitted delivery to its handler thread: tens of ms later, more on a loaded
+#: 2-core machine. One late start and one prompt one can then share a window with 20 others
+#: (a CI run saw 21 in one second). Two starts of slack allow 100 ms of hand-off; without
+#: the limit, the 100 tasks start within well under a second.
+HAND_OFF_SLACK = 2
 
 
 def most_at_once(runs: list[tuple[float, float]]) -> int:
@@ -62,7 +72,8 @@ def test_a_rate_limit_holds_across_workers(runconsumer: Callable[..., ConsumerPr
         runconsumer(name, "--group", "tasks")
     wait_until(lambda: Run.objects.count() == 100, 60, "100 rate-limited tasks to run", 0.2)
     starts = list(Run.objects.values_list("started", flat=True))
-    assert most_in_one_second(starts) <= 20
+    for seconds in (1, 3):
+        assert most_in_window(starts, seconds) <= 20 * seconds + HAND_OFF_SLACK
     assert max(starts) - min(starts) >= 99 * 0.05 - 0.1  # spaced 1/20 s apart
     assert len(set(Run.objects.values_list("pid", flat=True))) >= 2, "one worker ran them all"
     _all_succeeded_once(ids)
