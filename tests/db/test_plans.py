@@ -435,7 +435,8 @@ PLANS = (
     ),
     Plan(
         "seek: messages in the range moved",
-        rf"^SELECT COUNT\(\*\) FROM queue_messages WHERE topic = \S+ AND {P_} = \d+ AND {O_} > ",
+        rf"^SELECT COUNT\(\*\) FROM queue_messages +(FORCE INDEX \(queue_msg_offset\) )?"
+        rf"WHERE topic = \S+ AND {P_} = \d+ AND {O_} > ",
         (OFFSET,),
         (OFFSET,),
         "range",

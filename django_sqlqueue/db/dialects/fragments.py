@@ -68,6 +68,10 @@ class SqlFragments:
     #: the backlog; MySQL/MariaDB's unique (topic, partition, offset) index holds the NULLs
     #: at the head of each partition's range, which only a known partition reaches.
     unsequenced_via_heads = False
+    #: The statements, run just before and just after a read in the same transaction, that
+    #: keep the planner off a scan of the whole table where no index hint exists
+    #: (PostgreSQL: ``SET LOCAL enable_seqscan``); None where ``use_index`` does it.
+    no_table_scan_sql: tuple[str, str] | None = None
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

@@ -113,12 +113,26 @@ class PositionStore(StoreBase):
         return int(rows[0][0]) if rows else None
 
     def count_messages(self, topic: str, partition: int, low: int, high: int) -> int:
-        """Count the partition's messages with ``low < offset <= high``."""
-        ((n,),) = self._fetchall(
-            f"SELECT COUNT(*) FROM queue_messages WHERE topic = %s AND {self.P} = %s AND {self.OFF} > %s "
-            f"AND {self.OFF} <= %s",
-            [topic, partition, low, high],
+        """Count the partition's messages with ``low < offset <= high``.
+
+        One range of the offset index, pinned: a range that spans a whole partition looks
+        cheaper as a scan of the table to an optimizer with statistics (PostgreSQL read all
+        1,013,001 rows of a 1M log for 125,000 offsets).
+        """
+        d = self.dialect
+        sql = (
+            f"SELECT COUNT(*) FROM queue_messages {d.use_index('queue_msg_offset')} WHERE topic = %s "
+            f"AND {self.P} = %s AND {self.OFF} > %s AND {self.OFF} <= %s"
         )
+        params = [topic, partition, low, high]
+        if d.no_table_scan_sql is None:
+            ((n,),) = self._fetchall(sql, params)
+            return int(n)
+        off, back = d.no_table_scan_sql
+        with transaction.atomic(using=self.using):  # SET LOCAL lasts until the transaction ends
+            self._execute(off)
+            ((n,),) = self._fetchall(sql, params)
+            self._execute(back)
         return int(n)
 
     def count_acked(self, group: str, topic: str, partition: int, low: int, high: int | None) -> int:
