@@ -61,38 +61,9 @@ class SeekMoves(Protocol):
 PlanT = TypeVar("PlanT", bound=SeekMoves)
 
 
-class PositionStore(StoreBase):
-    # -- leases ----------------------------------------------------------------------------
-
-    def release_lease(self, group: str, topic: str, partition: int, holder: str | None = None) -> int:
-        """Delete a partition's lease (only ``holder``'s, if given); return the rows deleted (0 or 1).
-
-        The DELETE's exclusive row lock waits for the holder's fenced write in progress;
-        after it, the holder's fenced writes to the partition are no-ops and it drops the
-        partition at its next lease round, when a subscriber of the group takes it.
-        """
-        sql = f"DELETE FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s AND {self.P} = %s"
-        params: list[object] = [group, topic, int(partition)]
-        if holder is not None:
-            sql += " AND leased_by = %s"
-            params.append(holder)
-        return self._execute(sql, params)
-
-    # -- seek ------------------------------------------------------------------------------
-
-    def group_watermarks(self, group: str, topic: str, *, lock: bool = False) -> dict[int, int]:
-        """Return ``{partition: watermark}`` of ``group`` on ``topic``; ``lock`` locks the rows (FOR UPDATE).
-
-        Locked in partition order, as the worker's watermark writes lock them.
-        """
-        return {
-            int(part): int(acked)
-            for part, acked in self._fetchall(
-                f"SELECT {self.P}, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s "
-                f"ORDER BY {self.P} {self.dialect.for_update if lock else ''}",
-                [group, topic],
-            )
-        }
+class SeekReads(StoreBase):
+    """The plain reads a seek's plan takes (no locks): where a partition starts, and how many
+    messages and acked deliveries lie in a range of its offsets."""
 
     def first_offset(self, topic: str, partition: int, since: dt.datetime | None = None) -> int | None:
         """Return the smallest offset in the partition (published at or after ``since``), or None."""
@@ -147,6 +118,40 @@ class PositionStore(StoreBase):
             params.append(high)
         ((n,),) = self._fetchall(sql, params)
         return int(n)
+
+
+class PositionStore(SeekReads):
+    # -- leases ----------------------------------------------------------------------------
+
+    def release_lease(self, group: str, topic: str, partition: int, holder: str | None = None) -> int:
+        """Delete a partition's lease (only ``holder``'s, if given); return the rows deleted (0 or 1).
+
+        The DELETE's exclusive row lock waits for the holder's fenced write in progress;
+        after it, the holder's fenced writes to the partition are no-ops and it drops the
+        partition at its next lease round, when a subscriber of the group takes it.
+        """
+        sql = f"DELETE FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s AND {self.P} = %s"
+        params: list[object] = [group, topic, int(partition)]
+        if holder is not None:
+            sql += " AND leased_by = %s"
+            params.append(holder)
+        return self._execute(sql, params)
+
+    # -- seek ------------------------------------------------------------------------------
+
+    def group_watermarks(self, group: str, topic: str, *, lock: bool = False) -> dict[int, int]:
+        """Return ``{partition: watermark}`` of ``group`` on ``topic``; ``lock`` locks the rows (FOR UPDATE).
+
+        Locked in partition order, as the worker's watermark writes lock them.
+        """
+        return {
+            int(part): int(acked)
+            for part, acked in self._fetchall(
+                f"SELECT {self.P}, offset_acked FROM queue_offsets WHERE consumer_group = %s AND topic = %s "
+                f"ORDER BY {self.P} {self.dialect.for_update if lock else ''}",
+                [group, topic],
+            )
+        }
 
     def seek_to(
         self, group: str, topic: str, partitions: Sequence[int], replan: Callable[[dict[int, int]], PlanT]
