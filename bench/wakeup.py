@@ -12,6 +12,7 @@ them alike:
 
 - ``polling``: this checkout with ``SQLQUEUE["NOTIFY"] = False`` (the cadence and the probe);
 - ``notify``: this checkout with notifications (PostgreSQL only);
+- ``before-notify``: the same workers with notifications (PostgreSQL only; issue 33's baseline);
 - ``before``: the workers of another checkout (``--baseline-src``, e.g. a worktree of the
   commit before issue 17: ``git worktree add /tmp/before 87fadea``), for a side-by-side
   baseline; the publisher is this checkout's either way.
@@ -203,7 +204,7 @@ class Bench:
     # -- workers ----------------------------------------------------------------------
 
     def start_workers(self, variant: str, lat_dir: Path, *, default_leases: bool = False) -> None:
-        src = Path(self.args.baseline_src) if variant == "before" else ROOT
+        src = Path(self.args.baseline_src) if variant.startswith("before") else ROOT
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "bench.settings",
@@ -212,7 +213,7 @@ class Bench:
             "BENCH_LATENCY_DIR": str(lat_dir),
             "SQLQUEUE_POLL_INTERVAL": str(self.args.poll_interval),
             "SQLQUEUE_POLL_INTERVAL_MAX": str(self.args.poll_interval_max),
-            "SQLQUEUE_NOTIFY": "1" if variant == "notify" else "0",
+            "SQLQUEUE_NOTIFY": "1" if variant in ("notify", "before-notify") else "0",
             "BENCH_CONN_MAX_AGE": "none",
             # The idle phase runs with SQLQUEUE's default lease clock (30 s leases renewed every
             # 10 s), as the issue's idle figure is "at the default settings".
@@ -356,8 +357,8 @@ def main() -> None:
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     if args.db != "postgres":
-        variants = [v for v in variants if v != "notify"]
-    if "before" in variants and not args.baseline_src:
+        variants = [v for v in variants if v not in ("notify", "before-notify")]
+    if any(v.startswith("before") for v in variants) and not args.baseline_src:
         parser.error("--variants before needs --baseline-src")
     bench = Bench(args)
     rows: list[dict[str, Any]] = []

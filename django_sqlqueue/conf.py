@@ -103,6 +103,11 @@ class QueueSettings:
     #: extra connection, so a new message wakes it at once (django_sqlqueue.worker.threads.listener).
     #: Ignored on MySQL/MariaDB and SQLite, which have no notifications.
     NOTIFY: bool = True
+    #: PostgreSQL: run the worker's hot statements (poll state, fetch, sequencing, recording
+    #: deliveries and acks) as server-side prepared statements, planned once per connection
+    #: (db/store/base.py). False behind PgBouncer in transaction mode before 1.21 (or with
+    #: ``max_prepared_statements = 0``), which cannot keep a prepared statement.
+    PREPARED_STATEMENTS: bool = True
     #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.
     METRICS_TOKEN: str | None = None
     #: Health thresholds of ``queue_health`` and the console's overview (django_sqlqueue.ops.health):
@@ -252,8 +257,9 @@ def validate(raw: Any) -> list[Problem]:
                     hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
                 )
             )
-    if "NOTIFY" in raw and not isinstance(raw["NOTIFY"], bool):
-        problems.append(Problem("sqlqueue.E014", f"SQLQUEUE['NOTIFY'] must be True or False, got {raw['NOTIFY']!r}."))
+    for flag in ("NOTIFY", "PREPARED_STATEMENTS"):
+        if flag in raw and not isinstance(raw[flag], bool):
+            problems.append(Problem("sqlqueue.E014", f"SQLQUEUE['{flag}'] must be True or False, got {raw[flag]!r}."))
     if "HEALTH" in raw:
         problems += validate_health(raw["HEALTH"])
     if "TOPICS" in raw:

@@ -77,8 +77,11 @@ from any process (a Spark stream, a test, an operator).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import DatabaseError, transaction
 
 from ..conf import get_settings
 from ..models import TOPIC_HOUR_SLOTS
@@ -172,6 +175,8 @@ class Sequencer(StoreBase):
         self, topic: str, partitions: list[int], limit: int, read_ahead: ReadAhead | None
     ) -> dict[int, int]:
         d, P = self.dialect, self.P
+        if read_ahead is None and d.sequence_round_sql is not None:
+            return self._round_in_one_statement(topic, partitions, limit)
         kept: dict[int, _Ahead] = {}
         with self.transaction() as cursor:
             # An inline worker's poll loop runs handlers too: this transaction's idle time is
@@ -255,6 +260,23 @@ class Sequencer(StoreBase):
                 else:
                     read_ahead.partitions.pop(partition, None)
         return new_heads
+
+    def _round_in_one_statement(self, topic: str, partitions: list[int], limit: int) -> dict[int, int]:
+        """Steps (1)-(5) as the database's one statement (``Dialect.sequence_round_sql``):
+        the same locks, order and checks, one round trip. In autocommit it is its own
+        transaction; inside a caller's transaction, a savepoint (a stale round rolls back
+        alone)."""
+        d, connection = self.dialect, self.connection
+        try:
+            with transaction.atomic(using=self.using) if connection.in_atomic_block else nullcontext():
+                rows = self._fetchall_hot(
+                    d.sequence_round_sql or "", [topic, list(partitions), limit, TOPIC_HOUR_SLOTS]
+                )
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == d.sequence_round_stale:
+                raise StaleReadAhead(topic) from exc
+            raise
+        return {int(p): int(head) for p, head in rows}
 
     def unsequenced_partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with committed messages waiting for an offset."""

@@ -8,7 +8,9 @@ after work was found, and saves them while the queue is idle:
 - **a full batch, or parked delayed messages:** look again at once (more is waiting);
 - **a poll delivered something:** look again at once. Messages that arrived while the
   batch ran are picked up by this re-poll, and a steady stream is a chain of polls with no
-  sleep between them;
+  sleep between them. Not while a PostgreSQL listener is connected: there each new
+  message's notification wakes the loop (also one that arrived during the batch), so the
+  re-poll would find nothing;
 - **a poll found nothing:** wait, and the wait grows with the time since work was last
   found: ``POLL_INTERVAL / 8`` at first, then doubling (``/4``, ``/2``, ``POLL_INTERVAL``,
   ``2 x`` ...) up to ``POLL_INTERVAL_MAX``. A trickle that paused for a few milliseconds is
@@ -78,9 +80,13 @@ class Cadence:
         full or delayed messages were parked, so more is waiting now.
         """
         now = self._clock()
-        self._chain = delivered or more
-        if self._chain:
+        # While notifications announce new messages, a message that arrived during the
+        # batch has woken the loop already (the wake-up event stays set): the re-poll after
+        # a delivery would only find nothing, at the cost of a poll state query per batch.
+        self._chain = more or (delivered and not self.pushed)
+        if delivered or more:
             self._last_work = now
+        if self._chain:
             return 0.0
         # Doubling from the last work: waits of first, first, 2 x first, 4 x first, ... so
         # the looks fall at about 1, 2, 4, 8 ... x first after the last work.

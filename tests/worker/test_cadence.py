@@ -73,6 +73,19 @@ def test_while_notifications_announce_new_messages_the_short_looks_are_skipped()
     assert looks(cadence, clock, 6) == [0.5, 0.5, 1.0, 2.0, 4.0, 5.0]
 
 
+def test_with_notifications_a_delivery_is_not_followed_by_a_poll_that_would_find_nothing():
+    """A message that arrives during the batch sends its own notification, which wakes the
+    loop from this wait at once; only a full batch (more is waiting) polls again at once."""
+    clock = Clock()
+    cadence = Cadence(0.1, 1.0, clock=clock)
+    cadence.pushed = True
+    assert cadence.after_round(delivered=True, more=False) == pytest.approx(0.1)
+    assert cadence.after_round(delivered=True, more=True) == 0
+    assert cadence.after_round(delivered=False, more=True) == 0
+    cadence.pushed = False  # the listener lost its connection: polling chains again
+    assert cadence.after_round(delivered=True, more=False) == 0
+
+
 def test_right_after_work_the_rounds_are_looks_until_an_interval_has_passed():
     clock = Clock()
     cadence = Cadence(0.1, 1.0, clock=clock)

@@ -36,6 +36,9 @@ class SqlFragments:
     #: connection instead of Django's ``atomic()`` (``StoreBase.transaction``): on MySQL
     #: ``atomic()`` costs two statements more.
     lean_transactions = False
+    #: Whether a WITH clause may hold INSERT/UPDATE and locking reads (PostgreSQL): a fenced
+    #: write in one statement (``DeliveryStore._mark_fresh``).
+    writable_ctes = False
     json_placeholder = "%s"
     #: An empty JSON object as a SQL literal.
     empty_json_sql = "'{}'"
@@ -91,6 +94,11 @@ class SqlFragments:
         ``noop`` names a column of the target table only (MySQL assigns it to itself).
         """
         return f"ON CONFLICT ({', '.join(map(self.qn, conflict))}) DO NOTHING"
+
+    def preparing_cursor(self, raw: Any) -> Any | None:
+        """A cursor of the driver's connection ``raw`` whose statements the server prepares
+        once and reuses (``StoreBase._fetchall_hot``); None where the engine does not."""
+        return None
 
     def use_index(self, name: str) -> str:
         """An index hint after a table name (MySQL/MariaDB only; elsewhere nothing).

@@ -20,6 +20,13 @@ class Sequencing(SqlFragments):
 
     #: Rows per offset-assigning statement of the generic form (see :meth:`assign_offsets`).
     assign_chunk = 200
+    #: A worker's whole round (1)-(5) as one statement, where the database has it
+    #: (PostgreSQL: ``sqlqueue_sequence_round``, migration 0011). Parameters: topic,
+    #: partitions (a list), limit, counter slots; rows: (partition, new head). None: the
+    #: round is the separate statements below.
+    sequence_round_sql: str | None = None
+    #: The SQLSTATE that statement raises when a row it was to number is gone.
+    sequence_round_stale = "SQ001"
 
     def unsequenced_rows(self, limit: int, *, read_ahead: bool = False) -> str:
         """SELECT partition, seq of one partition's first ``limit`` unsequenced messages by seq.

@@ -143,6 +143,8 @@ class AckStore(StoreBase):
         watermark's own UPDATE.
         """
         P = self.P
+        if settling is None and self.dialect.writable_ctes and self.connection.get_autocommit():
+            return _ack_contiguous_fused(self, group, topic, name, advances, report_skipped, handled or {})
         failed: list[int] = []
         claimed: list[object] = []
         with self.transaction() as cursor:
@@ -304,6 +306,55 @@ def move_watermark(
         [new, *([handled] if counted else []), group, topic, partition, old],
     )
     return bool(cursor.rowcount == 1)
+
+
+def _ack_contiguous_fused(
+    store: StoreBase,
+    group: str,
+    topic: str,
+    name: str,
+    advances: Sequence[tuple[int, int, int]],
+    report_skipped: bool,
+    handled: Mapping[int, int],
+) -> list[int]:
+    """:meth:`AckStore.ack_contiguous` without settling, as one autocommitted statement
+    (PostgreSQL's data-modifying WITH): one round trip instead of five.
+
+    The same writes in the same lock order, each step reading the one before it: the
+    lease rows share-locked (``held``, the fence of ``lock_held``), then the watermarks of
+    the partitions held moved by compare-and-set (``moved``, the UPDATE of
+    :func:`move_watermark`), then the delivery rows behind the watermarks that moved
+    deleted. Returns the partitions the Python form returns.
+    """
+    P = store.P
+    partitions = sorted({p for p, _, _ in advances})
+    counted = ", handled_total = o.handled_total + m.n" if history.enabled() else ""
+    moves = ", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint)"] * len(advances))
+    params: list[Any] = [group, topic, name, *partitions]
+    for partition, old, new in sorted(advances):
+        params += [partition, old, new, handled.get(partition, 0)]
+    rows = store._fetchall_hot(
+        f"WITH held AS (SELECT {P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
+        f"AND leased_by = %s AND {P} IN ({in_list(partitions)}) ORDER BY {P} {store.dialect.for_share}), "
+        f"moves (p, old, new, n) AS (VALUES {moves}), "
+        f"moved AS (UPDATE queue_offsets o SET offset_acked = m.new, updated_at = {store.dialect.now_sql}{counted} "
+        f"FROM moves m WHERE o.consumer_group = %s AND o.topic = %s AND o.{P} = m.p AND o.offset_acked = m.old "
+        f"AND m.p IN (SELECT {P} FROM held) RETURNING o.{P}, o.offset_acked), "
+        f"dropped AS (DELETE FROM queue_delivery_state d USING moved WHERE d.consumer_group = %s "
+        f"AND d.topic = %s AND d.{P} = moved.{P} AND d.message_offset <= moved.offset_acked) "
+        f"SELECT 'held', {P} FROM held UNION ALL SELECT 'moved', {P} FROM moved",
+        [*params, group, topic, group, topic],
+    )
+    held = {int(p) for kind, p in rows if kind == "held"}
+    moved = {int(p) for kind, p in rows if kind == "moved"}
+    failed: list[int] = []
+    for partition, _, _ in sorted(advances):
+        if partition not in held:
+            if report_skipped:
+                failed.append(partition)
+        elif partition not in moved:
+            failed.append(partition)
+    return failed
 
 
 def _per_partition(partitions: Iterable[int]) -> dict[int, int]:

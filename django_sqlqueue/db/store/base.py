@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from ...conf import get_settings
 from ...models import DeliveryState
 from ..dialects import Dialect, get_dialect
 from ..dialects.base import in_list
@@ -88,6 +89,28 @@ class StoreBase:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
+
+    def _fetchall_hot(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """:meth:`_fetchall` for the statements on the path from a commit to a handler (the
+        poll state, the fetch, sequencing, recording deliveries and acks).
+
+        On PostgreSQL with ``SQLQUEUE["PREPARED_STATEMENTS"]`` (the default) it is a
+        server-side prepared statement, planned once per connection and statement shape
+        instead of at every call: the poll state query takes 0.27 ms prepared against
+        1.0 ms planned each time (issue 33). Django's cursor wrapper still wraps it: its
+        error translation, ``execute_wrapper``s and query log see it as any other.
+        """
+        connection = self.connection
+        if get_settings().PREPARED_STATEMENTS:
+            connection.ensure_connection()
+            raw = self.dialect.preparing_cursor(connection.connection)
+            if raw is not None:
+                # What connection.cursor() does with the driver's cursor; Django has no public
+                # way to choose the cursor class of one statement.
+                with connection._prepare_cursor(raw) as cursor:
+                    cursor.execute(sql, params)
+                    return cursor.fetchall()
+        return self._fetchall(sql, params)
 
     def now(self) -> dt.datetime:
         """Return the database's current time."""

@@ -1,0 +1,120 @@
+"""PostgreSQL's shorter path from a commit to a handler (issue 33), on the real server.
+
+- A worker's sequencing round is one call of ``sqlqueue_sequence_round`` (migration 0011),
+  with the separate statements' checks: a row gone between its read and its write rolls
+  the whole round back (SQLSTATE SQ001, ``StaleReadAhead``), numbering and counting nothing.
+- The worker's hot statements are server-side prepared (``SQLQUEUE["PREPARED_STATEMENTS"]``),
+  and are not with the setting off.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from django_sqlqueue import publish_many
+from django_sqlqueue.db.sequencer import Sequencer, StaleReadAhead, sequence
+from django_sqlqueue.db.store import QueueStore
+from django_sqlqueue.models import Message, Partition, TopicHour
+
+from ..support.engine_helpers import key_for_partition
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's function and prepared statements"),
+]
+
+TRIGGER = """
+CREATE FUNCTION test_vanish() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF OLD.payload = '"vanish"'::jsonb THEN RETURN NULL; END IF;
+    RETURN NEW;
+END $fn$;
+CREATE TRIGGER test_vanish BEFORE UPDATE ON queue_messages FOR EACH ROW EXECUTE FUNCTION test_vanish();
+"""
+
+
+@pytest.fixture
+def vanishing_rows():
+    """A trigger that makes the UPDATE skip the rows whose payload is "vanish", as a row
+    deleted by a purge between the round's read and its write would be skipped."""
+    with connection.cursor() as cursor:
+        cursor.execute(TRIGGER)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER IF EXISTS test_vanish ON queue_messages; DROP FUNCTION IF EXISTS test_vanish()"
+            )
+
+
+def counted(topic: str) -> int:
+    return sum(TopicHour.objects.filter(topic=topic).values_list("messages", flat=True))
+
+
+def head(topic: str, partition: int) -> int:
+    return Partition.objects.get(topic=topic, partition=partition).head_offset
+
+
+def test_a_worker_round_is_one_statement_that_numbers_moves_the_head_and_counts():
+    k = key_for_partition(0)
+    sequence("pg.round", [0])  # the head row
+    publish_many("pg.round", [{"payload": i, "key": k} for i in range(4)])
+    with CaptureQueriesContext(connection) as queries:
+        assert Sequencer("default").sequence("pg.round", [0], limit=3) == {0: 3}
+    assert len(queries.captured_queries) == 1
+    assert "sqlqueue_sequence_round" in queries.captured_queries[0]["sql"]
+    assert head("pg.round", 0) == 3 and counted("pg.round") == 3
+    assert Sequencer("default").sequence("pg.round", [0]) == {0: 4}
+    offsets = list(Message.objects.filter(topic="pg.round").order_by("seq").values_list("payload", "offset"))
+    assert offsets == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert counted("pg.round") == 4
+    assert Sequencer("default").sequence("pg.round", [0]) == {}
+
+
+def test_a_row_gone_between_read_and_write_rolls_the_whole_round_back(vanishing_rows):
+    k = key_for_partition(0)
+    sequence("pg.gone", [0])
+    publish_many("pg.gone", [{"payload": p, "key": k} for p in ("a", "vanish", "b")])
+    with pytest.raises(StaleReadAhead):
+        Sequencer("default").sequence("pg.gone", [0])
+    # Nothing numbered, counted or moved: not even the rows before the one that vanished.
+    assert set(Message.objects.filter(topic="pg.gone").values_list("offset", flat=True)) == {None}
+    assert head("pg.gone", 0) == 0 and counted("pg.gone") == 0
+
+
+def test_a_stale_round_inside_a_callers_transaction_rolls_back_alone(vanishing_rows):
+    k = key_for_partition(0)
+    sequence("pg.nested", [0])
+    publish_many("pg.nested", [{"payload": "vanish", "key": k}])
+    with transaction.atomic():
+        with pytest.raises(StaleReadAhead):
+            Sequencer("default").sequence("pg.nested", [0])
+        # The caller's transaction is still usable: only the round's savepoint rolled back.
+        assert Message.objects.filter(topic="pg.nested").count() == 1
+
+
+def prepared_poll_states() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%FROM queue_partition_leases l%"]
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_the_hot_statements_are_prepared_once_per_connection():
+    connection.close()  # a fresh session: no prepared statement yet
+    store = QueueStore("default")
+    for _ in range(3):
+        store.poll_state("g", "pg.prep", "w1", 30.0)
+    assert prepared_poll_states() == 1  # prepared at its first call, reused after
+
+
+def test_with_prepared_statements_off_nothing_is_prepared():
+    connection.close()
+    with override_settings(SQLQUEUE={**getattr(settings, "SQLQUEUE", {}), "PREPARED_STATEMENTS": False}):
+        QueueStore("default").poll_state("g", "pg.prep", "w1", 30.0)
+        assert prepared_poll_states() == 0
