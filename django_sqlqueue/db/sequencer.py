@@ -15,6 +15,11 @@ transactions of its own::
     INSERT INTO queue_topic_hours SELECT ... the rows numbered, per hour ... UPSERT   -- (5)
     COMMIT
 
+On PostgreSQL a worker's round is one call of ``sqlqueue_sequence_round`` (migration 0011):
+the same statements in the same order, run by the server, with the same checks -- one round
+trip instead of seven, on the path between a publish and its handler. The bulk
+:func:`sequence` keeps the statements below (it reads ahead, see there).
+
 Why this is sound:
 
 - (1) locks the partitions' head rows (in sorted order, so two sequencers cannot
@@ -236,7 +241,11 @@ class Sequencer(StoreBase):
                 return {}
             # (3): only rows still unsequenced are written; fewer than given means one of
             # them was deleted since it was read: roll back rather than leave a gap.
-            if d.assign_offsets(cursor, assigned) != len(assigned):
+            if d.counts_on_assign:  # (3) and (5) in one statement
+                written = d.assign_offsets_counted(cursor, topic, assigned, TOPIC_HOUR_SLOTS)
+            else:
+                written = d.assign_offsets(cursor, assigned)
+            if written != len(assigned):
                 raise StaleReadAhead(topic)
             head_cases = " ".join(["WHEN %s THEN %s"] * len(new_heads))
             head_params: list[Any] = []
@@ -247,7 +256,8 @@ class Sequencer(StoreBase):
                 f"WHERE topic = %s AND {P} IN ({in_list(sorted(new_heads))})",
                 [*head_params, topic, *sorted(new_heads)],  # same order as the IN list
             )
-            count_sequenced(d, cursor, topic, heads, new_heads)
+            if not d.counts_on_assign:
+                count_sequenced(d, cursor, topic, heads, new_heads)
         if read_ahead is not None:
             # Committed: the remaining rows follow the heads we just wrote. (Not before the
             # COMMIT: a rolled-back round must not advance the read-ahead.)

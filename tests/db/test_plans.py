@@ -352,8 +352,9 @@ PLANS = (
         (UNSEQUENCED,),
     ),
     Plan(
+        # PostgreSQL writes the offsets and counts them per hour in one statement.
         "sequencer: offsets written",
-        r"^UPDATE (JSON_TABLE|queue_messages m SET)",
+        r"^(UPDATE (JSON_TABLE|queue_messages m SET)|WITH numbered AS \(UPDATE queue_messages m SET)",
         ("PRIMARY",),
         # PostgreSQL: the primary key, or the partial index (the rows are still unsequenced).
         ("queue_messages_pkey", UNSEQUENCED),

@@ -35,9 +35,14 @@ def offsets_by_seq(topic: str, partition: int = 0) -> list[int | None]:
     )
 
 
+def offset_write(sql: str) -> bool:
+    """Whether ``sql`` is step (3) of sequencer.py (on PostgreSQL with (5) in its WITH)."""
+    return sql.startswith(("UPDATE", "WITH numbered AS (UPDATE")) and "IS NULL" in sql
+
+
 def unsequenced_reads(queries: CaptureQueriesContext) -> int:
     """How many reads of unsequenced rows (step (2) of sequencer.py) the block ran."""
-    return sum(1 for q in queries.captured_queries if "IS NULL" in q["sql"] and not q["sql"].startswith("UPDATE"))
+    return sum(1 for q in queries.captured_queries if "IS NULL" in q["sql"] and not offset_write(q["sql"]))
 
 
 def read_ahead_round(topic: str, ahead: ReadAhead, limit: int, partition: int = 0) -> tuple[dict[int, int], int, int]:
@@ -45,7 +50,7 @@ def read_ahead_round(topic: str, ahead: ReadAhead, limit: int, partition: int = 
     offset UPDATEs it ran (an UPDATE that found a row gone is rolled back and retried)."""
     with CaptureQueriesContext(connection) as queries:
         heads = Sequencer("default").sequence(topic, [partition], limit=limit, read_ahead=ahead)
-    writes = sum(1 for q in queries.captured_queries if q["sql"].startswith("UPDATE") and "IS NULL" in q["sql"])
+    writes = sum(1 for q in queries.captured_queries if offset_write(q["sql"]))
     return heads, unsequenced_reads(queries), writes
 
 

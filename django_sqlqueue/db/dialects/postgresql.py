@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from .base import Dialect
 
@@ -139,6 +139,26 @@ class PostgreSQLDialect(Dialect):
         )
         return int(cursor.rowcount)
 
+    counts_on_assign = True
+
+    def assign_offsets_counted(self, cursor: Any, topic: str, offsets: Sequence[tuple[int, int]], slots: int) -> int:
+        """The offsets' UPDATE and the per-hour counters' upsert in one statement: the counts
+        come from the rows the UPDATE returns, where :meth:`count_sequenced` reads them back
+        through the offset index (a sixth of a bulk sequencing's time at 1,000,000)."""
+        hour = self.hour_sql("n.published_at")
+        cursor.execute(
+            'WITH numbered AS (UPDATE queue_messages m SET "offset" = v.o '
+            'FROM unnest(%s::bigint[], %s::bigint[]) AS v(s, o) WHERE m.seq = v.s AND m."offset" IS NULL '
+            'RETURNING m."partition", m.published_at), '
+            'counted AS (INSERT INTO queue_topic_hours (topic, "hour", slot, "messages") '
+            f'SELECT %s, {hour} AS h, n."partition" %% %s AS sl, COUNT(*) FROM numbered n '
+            'GROUP BY h, sl ORDER BY h, sl ON CONFLICT (topic, "hour", slot) '
+            'DO UPDATE SET "messages" = queue_topic_hours."messages" + excluded."messages") '
+            "SELECT COUNT(*) FROM numbered",
+            [[seq for seq, _ in offsets], [offset for _, offset in offsets], topic, int(slots)],
+        )
+        return int(cursor.fetchone()[0])
+
     def connection_limits(self, cursor: Any) -> list[tuple[str, int, int]]:
         """``max_connections`` (less the slots reserved for superusers and, on PostgreSQL
         16+, for ``pg_use_reserved_connections``, unless this role is a superuser) against
@@ -187,13 +207,21 @@ def _preparing_cursor_class() -> Any:
             if getattr(self, "_query", None) is None and isinstance(query, str):
                 # psycopg keeps no query of a prepared execution; Django's query log (DEBUG,
                 # CaptureQueriesContext) reads it from here, and would show None.
-                self._query = _Shown(query.encode())
+                self._query = _Shown(self.connection, query, params)
             return result
 
     return PreparingCursor
 
 
-class _Shown(NamedTuple):
-    """What Django's ``last_executed_query`` reads of a cursor's last query."""
+class _Shown:
+    """What Django's ``last_executed_query`` reads of a cursor's last query: the statement
+    with its parameters as literals, composed only if something reads it."""
 
-    query: bytes
+    def __init__(self, raw: Any, query: str, params: Any) -> None:
+        self._raw, self._query, self._params = raw, query, params
+
+    @property
+    def query(self) -> bytes:
+        import psycopg
+
+        return psycopg.ClientCursor(self._raw).mogrify(self._query, self._params).encode()

@@ -27,6 +27,9 @@ class Sequencing(SqlFragments):
     sequence_round_sql: str | None = None
     #: The SQLSTATE that statement raises when a row it was to number is gone.
     sequence_round_stale = "SQ001"
+    #: Whether :meth:`assign_offsets_counted` writes the offsets and the per-hour counters
+    #: in one statement (PostgreSQL); otherwise they are (3) and (5) of ``sequencer.py``.
+    counts_on_assign = False
 
     def unsequenced_rows(self, limit: int, *, read_ahead: bool = False) -> str:
         """SELECT partition, seq of one partition's first ``limit`` unsequenced messages by seq.
@@ -68,6 +71,11 @@ class Sequencing(SqlFragments):
             )
             written += cursor.rowcount
         return written
+
+    def assign_offsets_counted(self, cursor: Any, topic: str, offsets: Sequence[tuple[int, int]], slots: int) -> int:
+        """:meth:`assign_offsets` and :meth:`count_sequenced` of the rows it wrote, in one
+        statement; only where :attr:`counts_on_assign`."""
+        raise NotImplementedError(f"{type(self).__name__} numbers and counts in two statements")
 
     # -- per-hour counters ----------------------------------------------------------
 

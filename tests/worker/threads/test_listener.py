@@ -94,6 +94,31 @@ def test_a_lost_listener_is_healed_by_polling_and_listens_again(runconsumer):
 
 
 @postgresql_only
+@pytest.mark.slow
+def test_a_message_whose_notification_is_lost_is_found_by_polling(runconsumer, settings):
+    """While its listener is connected, a worker that delivered something waits for the next
+    notification instead of polling again at once (cadence.py). A message whose notification
+    never comes (here: published with NOTIFY off, as by the Spark writer) is still handled,
+    by the look ``POLL_INTERVAL`` later -- not by a reconnect: the listener stays the same."""
+    worker = runconsumer(
+        "w1",
+        "--group",
+        "g1",
+        settings="tests.support.process_settings_notify",
+        env={"SQLQUEUE_TEST_POLL": "0.5", "SQLQUEUE_TEST_POLL_MAX": "1"},
+    )
+    wait_until(lambda: leased("w1"), 20, "w1 holds every partition", show=worker.log)
+    (pid, _), *_ = wait_until(listeners, 20, "the listener's LISTEN", show=worker.log)
+    first = publish(TOPIC, {"n": 1}, key="k1")
+    wait_until(lambda: handled(first.id), 5, "the notified message handled", interval=0.02, show=worker.log)
+    settings.SQLQUEUE = {**settings.SQLQUEUE, "NOTIFY": False}
+    silent = publish(TOPIC, {"n": 2}, key="k1")
+    wait_until(lambda: handled(silent.id), 10, "the message without a notification handled", show=worker.log)
+    assert [p for p, _ in listeners()] == [pid]  # found by polling, not by a new listener
+    assert "listener lost its connection" not in worker.log()
+
+
+@postgresql_only
 @pytest.mark.django_db(transaction=True)
 def test_only_a_committed_publish_notifies_its_topic_channel():
     import psycopg
