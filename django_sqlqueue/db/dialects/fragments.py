@@ -39,6 +39,8 @@ class SqlFragments:
     #: Whether a WITH clause may hold INSERT/UPDATE and locking reads (PostgreSQL): a fenced
     #: write in one statement (``DeliveryStore._mark_fresh``).
     writable_ctes = False
+    #: Whether :meth:`preparing_cursor` may give a cursor (PostgreSQL with psycopg 3).
+    prepares_statements = False
     json_placeholder = "%s"
     #: An empty JSON object as a SQL literal.
     empty_json_sql = "'{}'"

@@ -21,6 +21,7 @@ class PostgreSQLDialect(Dialect):
     bool_placeholder = "%s::boolean"
     supports_notify = True
     writable_ctes = True
+    prepares_statements = True
     # jsonb is stored parsed and printed in its own form ({"n": 5}, its own key order).
     json_text_is_compact = False
     # A count of a partition's offset range (a seek's preview) that covers one partition of

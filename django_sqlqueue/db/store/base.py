@@ -101,7 +101,7 @@ class StoreBase:
         error translation, ``execute_wrapper``s and query log see it as any other.
         """
         connection = self.connection
-        if get_settings().PREPARED_STATEMENTS:
+        if self.dialect.prepares_statements and get_settings().PREPARED_STATEMENTS:
             connection.ensure_connection()
             raw = self.dialect.preparing_cursor(connection.connection)
             if raw is not None:

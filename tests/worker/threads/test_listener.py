@@ -8,6 +8,7 @@ the message) and listens again; a rolled-back publish notifies nobody.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -52,6 +53,21 @@ def leased(name: str) -> bool:
     return PartitionLease.objects.filter(consumer_group="g1", topic=TOPIC, leased_by=name).count() == 8
 
 
+def listening_worker(runconsumer: Any, *, poll: float) -> tuple[Any, int]:
+    """A worker ``w1`` polling every ``poll`` seconds at most 1 s apart, once it holds every
+    partition and listens; and its listener's backend pid."""
+    worker = runconsumer(
+        "w1",
+        "--group",
+        "g1",
+        settings="tests.support.process_settings_notify",
+        env={"SQLQUEUE_TEST_POLL": str(poll), "SQLQUEUE_TEST_POLL_MAX": "1"},
+    )
+    wait_until(lambda: leased("w1"), 20, "w1 holds every partition", show=worker.log)
+    (pid, _), *_ = wait_until(listeners, 20, "the listener's LISTEN", show=worker.log)
+    return worker, pid
+
+
 @postgresql_only
 @pytest.mark.slow
 def test_a_notification_wakes_a_worker_sleeping_on_a_long_interval(runconsumer):
@@ -72,15 +88,7 @@ def test_a_notification_wakes_a_worker_sleeping_on_a_long_interval(runconsumer):
 @postgresql_only
 @pytest.mark.slow
 def test_a_lost_listener_is_healed_by_polling_and_listens_again(runconsumer):
-    worker = runconsumer(
-        "w1",
-        "--group",
-        "g1",
-        settings="tests.support.process_settings_notify",
-        env={"SQLQUEUE_TEST_POLL": "0.2", "SQLQUEUE_TEST_POLL_MAX": "1"},
-    )
-    wait_until(lambda: leased("w1"), 20, "w1 holds every partition", show=worker.log)
-    (pid, _), *_ = wait_until(listeners, 20, "the listener's LISTEN", show=worker.log)
+    worker, pid = listening_worker(runconsumer, poll=0.2)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     # Published while nobody listens: its notification is lost, the worker's polls find it.
@@ -100,15 +108,7 @@ def test_a_message_whose_notification_is_lost_is_found_by_polling(runconsumer, s
     notification instead of polling again at once (cadence.py). A message whose notification
     never comes (here: published with NOTIFY off, as by the Spark writer) is still handled,
     by the look ``POLL_INTERVAL`` later -- not by a reconnect: the listener stays the same."""
-    worker = runconsumer(
-        "w1",
-        "--group",
-        "g1",
-        settings="tests.support.process_settings_notify",
-        env={"SQLQUEUE_TEST_POLL": "0.5", "SQLQUEUE_TEST_POLL_MAX": "1"},
-    )
-    wait_until(lambda: leased("w1"), 20, "w1 holds every partition", show=worker.log)
-    (pid, _), *_ = wait_until(listeners, 20, "the listener's LISTEN", show=worker.log)
+    worker, pid = listening_worker(runconsumer, poll=0.5)
     first = publish(TOPIC, {"n": 1}, key="k1")
     wait_until(lambda: handled(first.id), 5, "the notified message handled", interval=0.02, show=worker.log)
     settings.SQLQUEUE = {**settings.SQLQUEUE, "NOTIFY": False}
