@@ -181,7 +181,7 @@ class Sequencer(StoreBase):
     ) -> dict[int, int]:
         d, P = self.dialect, self.P
         if read_ahead is None and d.sequence_round_sql is not None:
-            return self._round_in_one_statement(topic, partitions, limit)
+            return self._round_in_one_statement(d.sequence_round_sql, topic, partitions, limit)
         kept: dict[int, _Ahead] = {}
         with self.transaction() as cursor:
             # An inline worker's poll loop runs handlers too: this transaction's idle time is
@@ -271,17 +271,15 @@ class Sequencer(StoreBase):
                     read_ahead.partitions.pop(partition, None)
         return new_heads
 
-    def _round_in_one_statement(self, topic: str, partitions: list[int], limit: int) -> dict[int, int]:
-        """Steps (1)-(5) as the database's one statement (``Dialect.sequence_round_sql``):
+    def _round_in_one_statement(self, sql: str, topic: str, partitions: list[int], limit: int) -> dict[int, int]:
+        """Steps (1)-(5) as the database's one statement ``sql`` (``Dialect.sequence_round_sql``):
         the same locks, order and checks, one round trip. In autocommit it is its own
         transaction; inside a caller's transaction, a savepoint (a stale round rolls back
         alone)."""
         d, connection = self.dialect, self.connection
         try:
             with transaction.atomic(using=self.using) if connection.in_atomic_block else nullcontext():
-                rows = self._fetchall_hot(
-                    d.sequence_round_sql or "", [topic, list(partitions), limit, TOPIC_HOUR_SLOTS]
-                )
+                rows = self._fetchall_hot(sql, [topic, list(partitions), limit, TOPIC_HOUR_SLOTS])
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == d.sequence_round_stale:
                 raise StaleReadAhead(topic) from exc

@@ -30,7 +30,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bench.growth_fill import PARTITIONS, TOPIC, fill
-from tests.support.engine_helpers import not_on_sqlite
+from tests.support.engine_helpers import not_on_sqlite, requires_vendor
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,13 +55,14 @@ QUEUE_TABLES = (
 )
 
 
-def _tail(cursor: Any) -> None:
-    """TAIL unsequenced messages of TOPIC after the load (seq past every loaded row)."""
+def _tail(cursor: Any, ids_from: int = 1_000_000_000) -> None:
+    """TAIL unsequenced messages of TOPIC after the load (seq past every loaded row), their ids
+    numbered from ``ids_from``."""
     mysql = connection.vendor == "mysql"
     q = (lambda n: f"`{n}`") if mysql else (lambda n: f'"{n}"')
     series = f"seq_1_to_{TAIL}" if mysql else f"generate_series(1, {TAIL}) AS g(seq)"
     now = "UTC_TIMESTAMP(6)" if mysql else "now()"
-    hex_id = "LPAD(HEX(seq + 1000000000), 32, '0')" if mysql else "LPAD(to_hex(seq + 1000000000), 32, '0')"
+    hex_id = f"LPAD(HEX(seq + {ids_from}), 32, '0')" if mysql else f"LPAD(to_hex(seq + {ids_from}), 32, '0')"
     meta = "'{}'" if mysql else "CAST('{}' AS jsonb)"
     cursor.execute("SELECT MAX(seq) FROM queue_messages")
     (top,) = cursor.fetchone()
@@ -508,3 +509,62 @@ def test_every_statement_reads_its_index_and_a_bounded_number_of_rows(db: None, 
     statements = captured(_ops()[name])
     found = [p for sql in statements for p in problems(name, sql)]
     assert not found, "\n".join(found)
+
+
+# -- PostgreSQL: the statements inside sqlqueue_sequence_round ------------------------------
+
+
+def _nested_plans(call: Callable[[], object]) -> list[Any]:
+    """The analyzed plans of the statements ``call`` runs, those inside functions included
+    (``auto_explain`` with ``log_nested_statements``, its log lines sent to this client as
+    notices); the caller's transaction rolls the settings back."""
+    plans: list[Any] = []
+
+    def on_notice(diagnostic: Any) -> None:
+        text = diagnostic.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    with connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        for setting, value in (
+            ("log_min_duration", "0"),
+            ("log_analyze", "on"),
+            ("log_nested_statements", "on"),
+            ("log_format", "json"),
+            ("log_level", "notice"),
+        ):
+            cursor.execute(f"SET LOCAL auto_explain.{setting} = '{value}'")
+        cursor.execute("SET LOCAL client_min_messages = notice")
+    raw = connection.connection
+    raw.add_notice_handler(on_notice)
+    try:
+        call()
+    finally:
+        raw.remove_notice_handler(on_notice)
+    return plans
+
+
+@requires_vendor("postgresql")
+def test_the_sequencing_function_reads_the_unsequenced_index_and_writes_by_primary_key(db: None) -> None:
+    """A worker's round on PostgreSQL is one call of ``sqlqueue_sequence_round``: its
+    statements run inside the server, where ``EXPLAIN`` of the call shows none of them. Their
+    plans come from ``auto_explain``: the read must take the partial index of unsequenced rows
+    (at most LIMIT rows per partition), the offsets' UPDATE the primary key, row by row."""
+    from django_sqlqueue.db.sequencer import Sequencer
+
+    limit = 100
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            _tail(cursor, ids_from=2_000_000_000)  # a backlog in every partition, whatever was numbered
+        sequencer = Sequencer("default")
+        plans = _nested_plans(lambda: sequencer.sequence(TOPIC, list(range(PARTITIONS)), limit=limit))
+        transaction.set_rollback(True)
+    inner = [p for p in plans if "queue_messages" in json.dumps(p) and "Function Scan" not in json.dumps(p)[:400]]
+    assert inner, "auto_explain reported no statement of the function on queue_messages"
+    accesses = [a for plan in inner for a in _pg_accesses(plan)]
+    indexes = {a.index for a in accesses}
+    assert indexes == {UNSEQUENCED, PRIMARY["postgresql"]}, accesses
+    bound = 2 * limit * PARTITIONS  # the read's LIMIT per partition, then one primary-key probe per row read
+    assert sum(a.rows for a in accesses) <= bound, accesses
+    assert sum(a.rows for a in accesses if a.index == UNSEQUENCED) == limit * PARTITIONS, accesses

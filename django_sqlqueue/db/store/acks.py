@@ -327,23 +327,24 @@ def _ack_contiguous_fused(
     deleted. Returns the partitions the Python form returns.
     """
     P = store.P
-    partitions = sorted({p for p, _, _ in advances})
+    held_sql, held_params = store.held_leases(group, topic, name, [p for p, _, _ in advances], as_array=True)
     counted = ", handled_total = o.handled_total + m.n" if history.enabled() else ""
-    moves = ", ".join(["(%s::bigint, %s::bigint, %s::bigint, %s::bigint)"] * len(advances))
-    params: list[Any] = [group, topic, name, *partitions]
-    for partition, old, new in sorted(advances):
-        params += [partition, old, new, handled.get(partition, 0)]
+    ordered = sorted(advances)
+    # unnest() of four array parameters, not a VALUES list: one prepared statement for
+    # every number of partitions.
+    columns = [[row[i] for row in ordered] for i in range(3)]
+    columns.append([handled.get(partition, 0) for partition, _, _ in ordered])
     rows = store._fetchall_hot(
-        f"WITH held AS (SELECT {P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
-        f"AND leased_by = %s AND {P} IN ({in_list(partitions)}) ORDER BY {P} {store.dialect.for_share}), "
-        f"moves (p, old, new, n) AS (VALUES {moves}), "
+        f"WITH held AS ({held_sql}), "
+        f"moves AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+        f"AS m(p, old, new, n)), "
         f"moved AS (UPDATE queue_offsets o SET offset_acked = m.new, updated_at = {store.dialect.now_sql}{counted} "
         f"FROM moves m WHERE o.consumer_group = %s AND o.topic = %s AND o.{P} = m.p AND o.offset_acked = m.old "
         f"AND m.p IN (SELECT {P} FROM held) RETURNING o.{P}, o.offset_acked), "
         f"dropped AS (DELETE FROM queue_delivery_state d USING moved WHERE d.consumer_group = %s "
         f"AND d.topic = %s AND d.{P} = moved.{P} AND d.message_offset <= moved.offset_acked) "
         f"SELECT 'held', {P} FROM held UNION ALL SELECT 'moved', {P} FROM moved",
-        [*params, group, topic, group, topic],
+        [*held_params, *columns, group, topic, group, topic],
     )
     held = {int(p) for kind, p in rows if kind == "held"}
     moved = {int(p) for kind, p in rows if kind == "moved"}

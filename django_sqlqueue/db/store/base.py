@@ -151,13 +151,30 @@ class StoreBase:
         """
         if not partitions:
             return set()
-        wanted = sorted(set(partitions))
         # On a thread that runs handlers too, a freeze from here to COMMIT must not keep
         # these share locks: the statement bounds the transaction's idle time (db/session.py).
         bound = bound_engine_transaction(self.connection, cursor)
-        cursor.execute(
-            f"SELECT {self.P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
-            f"AND leased_by = %s AND {self.P} IN ({in_list(wanted)}){bound} ORDER BY {self.P} {self.dialect.for_share}",
-            [group, topic, name, *wanted],
-        )
+        sql, params = self.held_leases(group, topic, name, partitions, bound=bound)
+        cursor.execute(sql, params)
         return {int(row[0]) for row in cursor.fetchall()}
+
+    def held_leases(
+        self, group: str, topic: str, name: str, partitions: Sequence[int], *, bound: str = "", as_array: bool = False
+    ) -> tuple[str, list[Any]]:
+        """The fence's statement and its parameters: the share-locking read of ``name``'s
+        lease rows of ``partitions`` (see :meth:`lock_held`), in partition order so that two
+        fences never wait on each other crosswise. The one-statement writes of PostgreSQL
+        (``_mark_fresh``, ``_ack_contiguous_fused``) put it in a ``WITH`` as ``held``, with
+        ``as_array``: the partitions as one array parameter, so that every partition count
+        is the same prepared statement."""
+        P, wanted = self.P, sorted(set(partitions))
+        values: list[Any]
+        if as_array:
+            match, values = "= ANY(%s::bigint[])", [wanted]
+        else:
+            match, values = f"IN ({in_list(wanted)})", wanted
+        sql = (
+            f"SELECT {P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
+            f"AND leased_by = %s AND {P} {match}{bound} ORDER BY {P} {self.dialect.for_share}"
+        )
+        return sql, [group, topic, name, *values]

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from ...rules.dlq import UNDECODABLE_KEY
 from ..dialects import Dialect
-from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase, in_list
+from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
 
 #: Partitions per fetch statement (two UNION ALL branches each).
 FETCH_CHUNK = 100
@@ -341,18 +341,18 @@ class DeliveryStore(StoreBase):
         fence of :meth:`lock_held`) and the rows of the partitions still held inserted, in
         the same transaction. One round trip instead of four (BEGIN, fence, INSERT, COMMIT)."""
         P = self.P
-        values = ", ".join(["(%s::bigint, %s::bigint)"] * len(fresh))
-        params: list[Any] = [group, topic, name, *partitions, group, topic]
-        for m in sorted(fresh, key=lambda m: (m.partition, m.offset)):
-            params += [m.partition, m.offset]
+        held, held_params = self.held_leases(group, topic, name, partitions, as_array=True)
+        ordered = sorted(fresh, key=lambda m: (m.partition, m.offset))
+        # unnest() of two array parameters, not a VALUES list: one prepared statement for
+        # every batch size.
         rows = self._fetchall_hot(
-            f"WITH held AS (SELECT {P} FROM queue_partition_leases WHERE consumer_group = %s AND topic = %s "
-            f"AND leased_by = %s AND {P} IN ({in_list(partitions)}) ORDER BY {P} {self.dialect.for_share}), "
+            f"WITH held AS ({held}), "
             f"recorded AS (INSERT INTO queue_delivery_state (consumer_group, topic, {P}, message_offset, acked, "
             f"invisible_until, retry_count, status) SELECT %s, %s, v.p, v.o, FALSE, {until}, 0, {IN_FLIGHT} "
-            f"FROM (VALUES {values}) AS v(p, o) WHERE v.p IN (SELECT {P} FROM held) ORDER BY v.p, v.o {conflict}) "
+            f"FROM unnest(%s::bigint[], %s::bigint[]) AS v(p, o) WHERE v.p IN (SELECT {P} FROM held) "
+            f"ORDER BY v.p, v.o {conflict}) "
             f"SELECT {P} FROM held",
-            params,
+            [*held_params, group, topic, [m.partition for m in ordered], [m.offset for m in ordered]],
         )
         return {int(row[0]) for row in rows}
 
