@@ -5,8 +5,9 @@ From :func:`conf.validate`: ``E001`` SQLQUEUE is not a dict, ``E002`` unknown ke
 a bad duration, ``E004`` a bad positive integer, ``E005`` a bad DLQ suffix, ``E006`` an
 unknown DATABASE alias, ``E007`` renewal not below the lease duration, ``E008`` a lower
 bound above its upper bound, ``E009`` a bad TOPICS entry, ``E011`` a bad SCHEDULES entry,
-``E012`` a bad METRICS_TOKEN, ``E013`` a bad HEALTH threshold, ``E014`` a NOTIFY or PREPARED_STATEMENTS that is not
-a bool. From this module: ``sqlqueue.E010`` flags an unsupported database,
+``E012`` a bad METRICS_TOKEN, ``E013`` a bad HEALTH threshold, ``E014`` a NOTIFY,
+PREPARED_STATEMENTS or SYNCHRONOUS_ACKS that is not a bool. From this module:
+``sqlqueue.E010`` flags an unsupported database,
 ``sqlqueue.W001`` a MySQL queue connection that is not configured for READ COMMITTED,
 ``sqlqueue.W002`` a SQLite queue database whose transactions do not take the write lock at
 BEGIN and ``sqlqueue.W003`` a consumed topic that no message has reached and nothing

@@ -108,6 +108,11 @@ class QueueSettings:
     #: (db/store/base.py). False behind PgBouncer in transaction mode before 1.21 (or with
     #: ``max_prepared_statements = 0``), which cannot keep a prepared statement.
     PREPARED_STATEMENTS: bool = True
+    #: PostgreSQL: False (the default) lets a worker's delivery records and acks commit
+    #: without waiting for the WAL flush (``synchronous_commit = off`` for those transactions
+    #: only). Only a crash of the database server can forget them, the last fraction of a
+    #: second's; their messages are then delivered again. True: wait for the flush.
+    SYNCHRONOUS_ACKS: bool = False
     #: Bearer token of the Prometheus view (``django_sqlqueue.metrics.views.metrics``); None: staff only.
     METRICS_TOKEN: str | None = None
     #: Health thresholds of ``queue_health`` and the console's overview (django_sqlqueue.ops.health):
@@ -257,7 +262,7 @@ def validate(raw: Any) -> list[Problem]:
                     hint="Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
                 )
             )
-    for flag in ("NOTIFY", "PREPARED_STATEMENTS"):
+    for flag in ("NOTIFY", "PREPARED_STATEMENTS", "SYNCHRONOUS_ACKS"):
         if flag in raw and not isinstance(raw[flag], bool):
             problems.append(Problem("sqlqueue.E014", f"SQLQUEUE['{flag}'] must be True or False, got {raw[flag]!r}."))
     if "HEALTH" in raw:

@@ -140,3 +140,12 @@ def test_a_metrics_token_or_none_is_accepted(token):
     from django_sqlqueue.conf import validate
 
     assert validate({"METRICS_TOKEN": token}) == []
+
+
+@pytest.mark.parametrize("flag", ["NOTIFY", "PREPARED_STATEMENTS", "SYNCHRONOUS_ACKS"])
+def test_a_flag_that_is_not_a_bool_is_refused(flag):
+    from django_sqlqueue.conf import validate
+
+    problems = validate({flag: "yes"})
+    assert [p.id for p in problems] == ["sqlqueue.E014"]
+    assert f"SQLQUEUE['{flag}'] must be True or False, got 'yes'." == problems[0].msg

@@ -5,6 +5,10 @@
   the whole round back (SQLSTATE SQ001, ``StaleReadAhead``), numbering and counting nothing.
 - The worker's hot statements are server-side prepared (``SQLQUEUE["PREPARED_STATEMENTS"]``),
   and are not with the setting off.
+- The one-statement delivery record and ack commit without waiting for the WAL flush, for
+  their own transaction only, unless ``SQLQUEUE["SYNCHRONOUS_ACKS"]``. (Whether a commit
+  waited is not observable from a client without a race against the WAL writer; the peer
+  harness counts the server's flushes per message: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -118,3 +122,40 @@ def test_with_prepared_statements_off_nothing_is_prepared():
     with override_settings(SQLQUEUE={**getattr(settings, "SQLQUEUE", {}), "PREPARED_STATEMENTS": False}):
         QueueStore("default").poll_state("g", "pg.prep", "w1", 30.0)
         assert prepared_poll_states() == 0
+
+
+RELAXED = "set_config('synchronous_commit', 'off', true)"
+
+
+def drained_statements(topic: str, **conf: object) -> list[str]:
+    """Publish two messages of ``topic`` and drain them; the statements the drain sent."""
+    from django_sqlqueue.testing.draining import drain_consumers
+
+    from ..support.engine_helpers import spec
+
+    publish_many(topic, [{"payload": n, "key": key_for_partition(0)} for n in (1, 2)])
+    handled: list[object] = []
+    with override_settings(SQLQUEUE={**getattr(settings, "SQLQUEUE", {}), **conf}):
+        with CaptureQueriesContext(connection) as ctx:
+            drain_consumers([spec(topic, "g", handled.append)])
+    assert len(handled) == 2
+    return [q["sql"] for q in ctx.captured_queries]
+
+
+def test_the_delivery_record_and_the_ack_commit_without_waiting_for_the_flush():
+    statements = drained_statements("pg.relaxed")
+    relaxed = [sql for sql in statements if RELAXED in sql]
+    assert any("INSERT INTO queue_delivery_state" in sql for sql in relaxed), statements
+    assert any("UPDATE queue_offsets" in sql for sql in relaxed), statements
+    # Nothing else: publishing and sequencing keep waiting for their flush.
+    assert all(sql.startswith("WITH held AS") for sql in relaxed), relaxed
+    with connection.cursor() as cursor:  # for their own transaction only
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    assert Message.objects.filter(topic="pg.relaxed").count() == 2
+
+
+def test_with_synchronous_acks_every_commit_waits_for_the_flush():
+    statements = drained_statements("pg.strict", SYNCHRONOUS_ACKS=True)
+    assert not [sql for sql in statements if "synchronous_commit" in sql]
+    assert any(sql.startswith("WITH held AS") for sql in statements)  # the same one-statement forms

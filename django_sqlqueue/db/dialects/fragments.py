@@ -41,6 +41,10 @@ class SqlFragments:
     writable_ctes = False
     #: Whether :meth:`preparing_cursor` may give a cursor (PostgreSQL with psycopg 3).
     prepares_statements = False
+    #: A select-list expression that makes the transaction of the statement holding it commit
+    #: without waiting for its WAL to reach the disk (``SQLQUEUE["SYNCHRONOUS_ACKS"]``); None
+    #: where the engine has no such per-transaction choice.
+    relaxed_commit_sql: str | None = None
     json_placeholder = "%s"
     #: An empty JSON object as a SQL literal.
     empty_json_sql = "'{}'"

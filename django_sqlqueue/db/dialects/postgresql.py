@@ -22,6 +22,8 @@ class PostgreSQLDialect(Dialect):
     supports_notify = True
     writable_ctes = True
     prepares_statements = True
+    # synchronous_commit for this transaction only (is_local): read when it commits.
+    relaxed_commit_sql = "set_config('synchronous_commit', 'off', true)"
     # jsonb is stored parsed and printed in its own form ({"n": 5}, its own key order).
     json_text_is_compact = False
     # A count of a partition's offset range (a seek's preview) that covers one partition of

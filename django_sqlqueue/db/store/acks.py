@@ -329,6 +329,8 @@ def _ack_contiguous_fused(
     P = store.P
     held_sql, held_params = store.held_leases(group, topic, name, [p for p, _, _ in advances], as_array=True)
     counted = ", handled_total = o.handled_total + m.n" if history.enabled() else ""
+    relaxed = store.relaxed_commit()
+    filler = ", ''" if relaxed else ""  # the UNION's branches have the same columns
     ordered = sorted(advances)
     # unnest() of four array parameters, not a VALUES list: one prepared statement for
     # every number of partitions.
@@ -343,11 +345,11 @@ def _ack_contiguous_fused(
         f"AND m.p IN (SELECT {P} FROM held) RETURNING o.{P}, o.offset_acked), "
         f"dropped AS (DELETE FROM queue_delivery_state d USING moved WHERE d.consumer_group = %s "
         f"AND d.topic = %s AND d.{P} = moved.{P} AND d.message_offset <= moved.offset_acked) "
-        f"SELECT 'held', {P} FROM held UNION ALL SELECT 'moved', {P} FROM moved",
+        f"SELECT 'held', {P}{relaxed} FROM held UNION ALL SELECT 'moved', {P}{filler} FROM moved",
         [*held_params, *columns, group, topic, group, topic],
     )
-    held = {int(p) for kind, p in rows if kind == "held"}
-    moved = {int(p) for kind, p in rows if kind == "moved"}
+    held = {int(row[1]) for row in rows if row[0] == "held"}
+    moved = {int(row[1]) for row in rows if row[0] == "moved"}
     failed: list[int] = []
     for partition, _, _ in sorted(advances):
         if partition not in held:

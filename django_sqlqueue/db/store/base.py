@@ -158,6 +158,25 @@ class StoreBase:
         cursor.execute(sql, params)
         return {int(row[0]) for row in cursor.fetchall()}
 
+    def relaxed_commit(self) -> str:
+        """``", <expression>"`` for the select list of a one-statement delivery record or ack
+        on PostgreSQL: its transaction commits without waiting for the WAL flush
+        (``SQLQUEUE["SYNCHRONOUS_ACKS"]`` False, the default); ``""`` otherwise.
+
+        At-least-once holds either way. Every commit is visible to others at once, flushed
+        or not, and the server writes the log in order, so a crash of the server can only
+        forget a suffix of these commits: deliveries and acks, never a message nor an offset
+        (publishing and sequencing keep waiting for their flush). A forgotten ack means its
+        message is delivered again; a forgotten delivery record, that its attempt did not
+        count. Any later waiting commit -- a handler's own write, the next sequencing round --
+        flushes them too. This takes one flush off the path from a message's commit to its
+        handler (issue 33: 5.3 flushes per message to 3.5 in the peer harness).
+        """
+        sql = self.dialect.relaxed_commit_sql
+        if sql is None or get_settings().SYNCHRONOUS_ACKS:
+            return ""
+        return f", {sql}"
+
     def held_leases(
         self, group: str, topic: str, name: str, partitions: Sequence[int], *, bound: str = "", as_array: bool = False
     ) -> tuple[str, list[Any]]:

@@ -351,7 +351,7 @@ class DeliveryStore(StoreBase):
             f"invisible_until, retry_count, status) SELECT %s, %s, v.p, v.o, FALSE, {until}, 0, {IN_FLIGHT} "
             f"FROM unnest(%s::bigint[], %s::bigint[]) AS v(p, o) WHERE v.p IN (SELECT {P} FROM held) "
             f"ORDER BY v.p, v.o {conflict}) "
-            f"SELECT {P} FROM held",
+            f"SELECT {P}{self.relaxed_commit()} FROM held",
             [*held_params, group, topic, [m.partition for m in ordered], [m.offset for m in ordered]],
         )
         return {int(row[0]) for row in rows}
