@@ -286,6 +286,49 @@ class Sequencer(StoreBase):
             raise
         return {int(p): int(head) for p, head in rows}
 
+    def poll_and_sequence(
+        self,
+        topic: str,
+        poll_sql: str,
+        poll_params: Sequence[Any],
+        columns: Sequence[str],
+        limit: int = SEQUENCE_BATCH,
+    ) -> list[tuple[Any, ...]] | None:
+        """A worker's poll state (``poll_sql``, a query with ``columns``: the first is the
+        partition, the one named ``unsequenced`` says it has messages to number) and the
+        sequencing round of those partitions, in one statement: each row of the poll state, in partition order, with
+        the partition's new head appended (None: not moved). None where the database has no
+        such statement (``Dialect.sequence_round_from``) or inside a transaction.
+
+        Issue 33: one round trip fewer between a message's commit and its handler. The
+        poll state is read first, in the statement's snapshot, without locks; the round's
+        function then runs only if a partition has unsequenced messages, and exactly once
+        (a MATERIALIZED CTE), with its own head locks and snapshots as when it is called
+        alone. A row gone before the round could number it raises :class:`StaleReadAhead`:
+        nothing was numbered, and the caller polls the separate way.
+        """
+        d, connection = self.dialect, self.connection
+        if d.sequence_round_from is None or connection.in_atomic_block:
+            return None
+        round_from = d.sequence_round_from.format(partitions="todo.parts")
+        p = f"polled.{columns[0]}"
+        sql = (
+            f"WITH polled ({', '.join(columns)}) AS MATERIALIZED ({poll_sql}), "
+            # The array of the partitions to number, and no row at all when there is none:
+            # the function is not called then (an idle poll stays a plain read).
+            f"todo AS (SELECT parts FROM (SELECT array_agg({p} ORDER BY {p})::bigint[] AS parts "
+            "FROM polled WHERE polled.unsequenced) a WHERE a.parts IS NOT NULL), "
+            f"moved AS MATERIALIZED (SELECT r.moved_partition, r.moved_head FROM todo, LATERAL {round_from} r) "
+            f"SELECT polled.*, moved.moved_head FROM polled LEFT JOIN moved ON moved.moved_partition = {p} "
+            f"ORDER BY {p}"
+        )
+        try:
+            return self._fetchall_hot(sql, [*poll_params, topic, limit, TOPIC_HOUR_SLOTS])
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == d.sequence_round_stale:
+                raise StaleReadAhead(topic) from exc
+            raise
+
     def unsequenced_partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with committed messages waiting for an offset."""
         P, OFF = self.P, self.OFF

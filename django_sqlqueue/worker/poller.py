@@ -6,7 +6,8 @@ Per poll and subscription (see ``loop.py`` for the cadence):
    with committed messages not numbered yet are sequenced (``db/sequencer.py``); watermarks
    that can pass acked rows are advanced (``db/store/acks.py``). A partition without the
    group's watermark row is skipped and reported to the lease keeper, which creates
-   watermark rows (``threads/leasing.py``);
+   watermark rows (``threads/leasing.py``). On PostgreSQL the query and the sequencing
+   round are one statement (``Sequencer.poll_and_sequence``);
 2. ``fetch``: one query for the fresh and due messages of every partition with work (with
    handler threads, no more partitions than threads are free, rotating);
 3. select each partition's batch: the lowest deliverable offsets up to ``batch_size``;
@@ -33,8 +34,8 @@ from dataclasses import replace
 
 from ..conf import QueueSettings
 from ..db.retry import Retrying
-from ..db.sequencer import Sequencer
-from ..db.store import FetchedMessage, FetchPlan, PartitionState, QueueStore
+from ..db.sequencer import Sequencer, StaleReadAhead
+from ..db.store import POLL_COLUMNS, FetchedMessage, FetchPlan, PartitionState, QueueStore
 from ..instruments import NO_INSTRUMENTS, Instruments
 from .batch.outcomes import attempt_number, expired_error
 from .batch.runner import BatchRunner
@@ -126,7 +127,17 @@ class Poller:
         """The poll state of the held partitions this poll may deliver, by partition, in
         the order the store returned them; unsequenced messages are numbered first."""
         group, topic = sub.group, sub.topic
-        states = self.db("poll state", lambda: self.store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION))
+        began = time.perf_counter()
+        fused = None
+        if self.sequencer.dialect.sequence_round_from is not None:
+            fused = self.db("poll state", lambda: self._poll_and_sequence(sub))
+        if fused is not None:
+            states, heads = fused
+        else:
+            states = self.db(
+                "poll state", lambda: self.store.poll_state(group, topic, sub.name, self.conf.LEASE_DURATION)
+            )
+            heads = {}
         busy = sub.in_flight.snapshot()
         # A partition whose batch is still on a handler thread is left alone (order).
         states = [s for s in states if s.partition in sub.held and s.partition not in busy]
@@ -138,14 +149,32 @@ class Poller:
             states = [s for s in states if s.has_offsets_row]
         by_key: dict[int, PartitionState] = {s.partition: s for s in states}
         unsequenced = [s.partition for s in states if s.unsequenced]
-        if unsequenced:
+        if unsequenced and fused is None:
             began = time.perf_counter()
             heads = self.db("sequence", lambda: self.sequencer.sequence(topic, unsequenced))
-            numbered = sum(head - by_key[partition].head for partition, head in heads.items())
+        if heads:
+            numbered = sum(head - by_key[p].head for p, head in heads.items() if p in by_key)
             self.instruments.sequenced(topic, time.perf_counter() - began, numbered)
-            for partition, head in heads.items():
+        for partition, head in heads.items():
+            if partition in by_key:
                 by_key[partition] = replace(by_key[partition], head=head)
         return by_key
+
+    def _poll_and_sequence(self, sub: Subscription) -> tuple[list[PartitionState], dict[int, int]] | None:
+        """PostgreSQL: the poll state and the sequencing round in one statement
+        (``Sequencer.poll_and_sequence``): the states, and the new heads of the partitions
+        numbered. None: not available here, or a row vanished before the round (a purge):
+        the caller polls the separate way, whose sequencer reads afresh."""
+        sql, params = self.store.poll_state_query(sub.group, sub.topic, sub.name, self.conf.LEASE_DURATION)
+        try:
+            rows = self.sequencer.poll_and_sequence(sub.topic, sql, params, POLL_COLUMNS)
+        except StaleReadAhead:
+            return None
+        if rows is None:
+            return None
+        states = self.store.poll_states([row[:-1] for row in rows])
+        heads = {int(row[0]): int(row[-1]) for row in rows if row[-1] is not None}
+        return states, heads
 
     def _plans(self, sub: Subscription, by_key: dict[int, PartitionState]) -> list[FetchPlan]:
         """What to fetch of each partition (fresh messages, due ones); watermarks that can

@@ -1,6 +1,6 @@
 """The probe: a worker's cheap look for new messages between full polls.
 
-A full poll of a subscription (``poll_state``, ``store/delivery.py``) is one statement, but
+A full poll of a subscription (``poll_state``, ``store/polling.py``) is one statement, but
 one with a handful of subqueries per leased partition: a MySQL/MariaDB server spends about
 ten times as long parsing and planning it as running a one-row query. The short looks a
 worker makes right after its work ran out (``cadence.py``) use this probe instead: one

@@ -363,7 +363,15 @@ PLANS = (
     Plan("sequencer: per-hour counters", r"^INSERT INTO queue_topic_hours", (OFFSET,), (OFFSET,)),
     # The consumer: a new group's watermark, the poll's probes, the fetch, the ack's gap steps.
     Plan("watermark start", r"^INSERT INTO queue_offsets .* FROM queue_messages m WHERE", (OFFSET,), (OFFSET,), 50),
-    Plan("poll", r"^SELECT l\.\W?partition\W?, p\.head_offset", (OFFSET,), (OFFSET, UNSEQUENCED), 50),
+    # PostgreSQL: the poll state and the sequencing round in one statement (its function's
+    # own statements: test_the_sequencing_function_reads_the_unsequenced_index...).
+    Plan(
+        "poll",
+        r"^(WITH polled \([^)]*\) AS MATERIALIZED \()?SELECT l\.\W?partition\W?, p\.head_offset",
+        (OFFSET,),
+        (OFFSET, UNSEQUENCED),
+        50,
+    ),
     Plan(
         "fetch",
         r"-1 AS retry_count, -1 AS status FROM queue_messages m|d\.retry_count, d\.status FROM",

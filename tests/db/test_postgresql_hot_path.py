@@ -3,6 +3,7 @@
 - A worker's sequencing round is one call of ``sqlqueue_sequence_round`` (migration 0011),
   with the separate statements' checks: a row gone between its read and its write rolls
   the whole round back (SQLSTATE SQ001, ``StaleReadAhead``), numbering and counting nothing.
+  A worker's poll reads its state and runs that round in the same statement.
 - The worker's hot statements are server-side prepared (``SQLQUEUE["PREPARED_STATEMENTS"]``),
   and are not with the setting off.
 - The one-statement delivery record and ack commit without waiting for the WAL flush, for
@@ -20,10 +21,10 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_sqlqueue import publish_many
 from django_sqlqueue.db.sequencer import Sequencer, StaleReadAhead, sequence
-from django_sqlqueue.db.store import QueueStore
+from django_sqlqueue.db.store import POLL_COLUMNS, QueueStore
 from django_sqlqueue.models import Message, Partition, TopicHour
 
-from ..support.engine_helpers import key_for_partition
+from ..support.engine_helpers import key_for_partition, leased
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -77,6 +78,54 @@ def test_a_worker_round_is_one_statement_that_numbers_moves_the_head_and_counts(
     assert offsets == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert counted("pg.round") == 4
     assert Sequencer("default").sequence("pg.round", [0]) == {}
+
+
+def poll_and_sequence(topic: str, name: str = "w1") -> list[tuple]:
+    """A worker's poll of ``topic`` in group g as ``name``, its state and round in one statement."""
+    store = QueueStore("default")
+    sql, params = store.poll_state_query("g", topic, name, 30.0)
+    rows = Sequencer("default").poll_and_sequence(topic, sql, params, POLL_COLUMNS)
+    assert rows is not None
+    return rows
+
+
+def test_a_poll_reads_its_state_and_numbers_in_one_statement():
+    k0, k1 = key_for_partition(0), key_for_partition(1)
+    sequence("pg.poll", [0, 1, 2])  # the head rows
+    store = QueueStore("default")
+    for partition in (0, 1, 2):
+        leased("g", "pg.poll", partition)
+    store.ensure_offsets("g", "pg.poll", [0, 1, 2])
+    publish_many("pg.poll", [{"payload": i, "key": k0} for i in range(3)] + [{"payload": 9, "key": k1}])
+    with CaptureQueriesContext(connection) as queries:
+        rows = poll_and_sequence("pg.poll")
+    assert len(queries.captured_queries) == 1
+    # Partition 2 has nothing: not in the state. The others, with their heads before and after.
+    states = store.poll_states([row[:-1] for row in rows])
+    assert [(st.partition, st.head, st.unsequenced) for st in states] == [(0, 0, True), (1, 0, True)]
+    assert [row[-1] for row in rows] == [3, 1]
+    assert (head("pg.poll", 0), head("pg.poll", 1), head("pg.poll", 2)) == (3, 1, 0)
+    assert counted("pg.poll") == 4
+    # The next poll finds the numbered messages, and nothing to number: the round is not run.
+    rows = poll_and_sequence("pg.poll")
+    assert [(row[0], row[1], row[-1]) for row in rows] == [(0, 3, None), (1, 1, None)]
+    assert counted("pg.poll") == 4
+    # Another worker's poll sees none of them, and numbers nothing.
+    publish_many("pg.poll", [{"payload": 10, "key": k0}])
+    assert poll_and_sequence("pg.poll", name="w2") == []
+    assert head("pg.poll", 0) == 3
+
+
+def test_a_row_gone_before_a_polls_round_numbers_nothing(vanishing_rows):
+    k = key_for_partition(0)
+    sequence("pg.pollgone", [0])
+    leased("g", "pg.pollgone", 0)
+    QueueStore("default").ensure_offsets("g", "pg.pollgone", [0])
+    publish_many("pg.pollgone", [{"payload": p, "key": k} for p in ("a", "vanish", "b")])
+    with pytest.raises(StaleReadAhead):
+        poll_and_sequence("pg.pollgone")
+    assert set(Message.objects.filter(topic="pg.pollgone").values_list("offset", flat=True)) == {None}
+    assert head("pg.pollgone", 0) == 0 and counted("pg.pollgone") == 0
 
 
 def test_a_row_gone_between_read_and_write_rolls_the_whole_round_back(vanishing_rows):

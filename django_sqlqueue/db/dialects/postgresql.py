@@ -34,6 +34,7 @@ class PostgreSQLDialect(Dialect):
     sequence_round_sql = (
         "SELECT moved_partition, moved_head FROM sqlqueue_sequence_round(%s, %s::bigint[], %s::integer, %s::integer)"
     )
+    sequence_round_from = "sqlqueue_sequence_round(%s, {partitions}, %s::integer, %s::integer)"
 
     def execute_insert(
         self,

@@ -25,6 +25,10 @@ class Sequencing(SqlFragments):
     #: partitions (a list), limit, counter slots; rows: (partition, new head). None: the
     #: round is the separate statements below.
     sequence_round_sql: str | None = None
+    #: The same round as a set-returning function of a query (its FROM), with the partitions
+    #: as ``{partitions}`` (an array expression); parameters: topic, limit, counter slots.
+    #: A worker's poll state and round in one statement (``Sequencer.poll_and_sequence``).
+    sequence_round_from: str | None = None
     #: The SQLSTATE that statement raises when a row it was to number is gone.
     sequence_round_stale = "SQ001"
     #: Whether :meth:`assign_offsets_counted` writes the offsets and the per-hour counters

@@ -9,7 +9,8 @@ numbers committed messages, lives in ``db/sequencer.py``.
 - ``heartbeats.py``: subscriber liveness, for fair share;
 - ``topics.py``: the topic registry and partition head rows;
 - ``leases.py``: renewing, acquiring and releasing partition leases;
-- ``delivery.py``: the poll's state query, the fetch, recording deliveries;
+- ``polling.py``: the poll's state query (which held partitions may have work);
+- ``delivery.py``: the fetch, recording deliveries;
 - ``acks.py``: acks, nacks and the watermark, fenced by the lease;
 - ``dead_lettering.py``: a delivery's dead letter and its ack, fenced the same way;
 - ``settle.py``: a consumer's bookkeeping of final outcomes, in the ack's transaction;
@@ -52,13 +53,14 @@ from .atomic_acks import AtomicAckStore
 from .base import IN_FLIGHT, RETRY, SCHEDULED, StoreBase
 from .dead_lettering import DeadLetteringStore
 from .deadletters import DeadLetterStore
-from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan, PartitionState
+from .delivery import FETCH_CHUNK, DeliveryStore, FetchedMessage, FetchPlan
 from .gc import GCStore
 from .heartbeats import HeartbeatStore
 from .history import HistoryStore
 from .leases import LeaseStore
 from .limits import LimitStore
 from .message_reports import MessageReportStore
+from .polling import POLL_COLUMNS, PartitionState, PollStore
 from .positions import PositionStore
 from .reports import DeliveryCounts, PartitionLag, ReportStore, lag
 from .schedules import ScheduleStore
@@ -70,6 +72,7 @@ class QueueStore(
     HeartbeatStore,
     TopicStore,
     LeaseStore,
+    PollStore,
     DeliveryStore,
     AckStore,
     DeadLetteringStore,
@@ -90,6 +93,7 @@ __all__ = [
     "ADVANCE_SCAN",
     "FETCH_CHUNK",
     "IN_FLIGHT",
+    "POLL_COLUMNS",
     "RETRY",
     "SCHEDULED",
     "DeliveryCounts",
@@ -97,6 +101,7 @@ __all__ = [
     "FetchedMessage",
     "PartitionLag",
     "PartitionState",
+    "PollStore",
     "QueueStore",
     "Settlement",
     "Settling",
