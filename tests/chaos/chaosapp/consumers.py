@@ -116,6 +116,10 @@ def freeze_in_fence(execute: Any, sql: str, params: Any, many: bool, context: di
         except FileNotFoundError:  # another handler thread took the request
             return result
         group, topic, _name, partition = params[0], params[1], params[2], params[3]
+        # PostgreSQL's one-statement ack passes its partitions as one array (StoreBase.held_leases);
+        # that statement has committed by now: the pause falls after the ack, not inside it.
+        if isinstance(partition, list):
+            partition = partition[0]
         fields = ("ackpause", group, topic, partition, -1, "", "", -1, 0, PID, SLOT, f"{time.monotonic():.6f}")
         os.write(_fd, ("\t".join(map(str, (*fields, fields[-1]))) + "\n").encode())
         os.kill(PID, signal.SIGSTOP)
