@@ -43,6 +43,19 @@ def passed(result_id: str) -> bool:
     return ConsumerOffset.objects.filter(**at, offset_acked__gte=m.offset).exists()
 
 
+def handed_back(result_id: str) -> bool:
+    """Whether the tasks group's delivery of the task's message waits for its retry (handed back)."""
+    m = Message.objects.get(id=result_id)
+    return DeliveryState.objects.filter(
+        consumer_group="tasks",
+        topic=m.topic,
+        partition=m.partition,
+        message_offset=m.offset,
+        acked=False,
+        status=DeliveryState.Status.RETRY,
+    ).exists()
+
+
 def assert_cancelled(result_id: str, by: str = "") -> None:
     result = cancel_tasks.mark.get_backend().get_result(result_id)
     assert result.status == TaskResultStatus.FAILED
@@ -87,12 +100,19 @@ def test_cancel_a_scheduled_task_the_worker_parked() -> None:
 
 
 def test_cancel_a_task_waiting_for_its_retry() -> None:
-    result = cancel_tasks.retry_later.enqueue("retrying", 1.0)
+    result = cancel_tasks.retry_later.enqueue("retrying", 3.0)  # ample: the cancel lands before the retry is due
     with running_worker():
+        # Waiting for its retry means both: the attempt's error is in the result row (the
+        # handler writes it) and the worker has handed the message back (its nack, committed
+        # just after). Between the two the worker still holds the message, and a cancel
+        # then rightly answers REQUESTED (ops/task_cancel.py): the test waits for both.
         wait_until(
-            lambda: TaskResultRecord.objects.filter(id=result.id, status="READY").exclude(errors=[]).exists(),
+            lambda: (
+                TaskResultRecord.objects.filter(id=result.id, status="READY").exclude(errors=[]).exists()
+                and handed_back(result.id)
+            ),
             10,
-            "the first attempt to fail and wait for its retry",
+            "the first attempt to fail and its message to wait for its retry",
         )
         assert cancel(result.id) is CancelOutcome.CANCELLED
         wait_until(lambda: passed(result.id), 15, "the retry to be acked without running")
