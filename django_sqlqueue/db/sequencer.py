@@ -81,8 +81,8 @@ from any process (a Spark stream, a test, an operator).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,56 +276,37 @@ class Sequencer(StoreBase):
         the same locks, order and checks, one round trip. In autocommit it is its own
         transaction; inside a caller's transaction, a savepoint (a stale round rolls back
         alone)."""
-        d, connection = self.dialect, self.connection
-        try:
+        connection = self.connection
+        with self.stale_read_ahead(topic):
             with transaction.atomic(using=self.using) if connection.in_atomic_block else nullcontext():
                 rows = self._fetchall_hot(sql, [topic, list(partitions), limit, TOPIC_HOUR_SLOTS])
-        except DatabaseError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) == d.sequence_round_stale:
-                raise StaleReadAhead(topic) from exc
-            raise
         return {int(p): int(head) for p, head in rows}
 
-    def poll_and_sequence(
-        self,
-        topic: str,
-        poll_sql: str,
-        poll_params: Sequence[Any],
-        columns: Sequence[str],
-        limit: int = SEQUENCE_BATCH,
-    ) -> list[tuple[Any, ...]] | None:
-        """A worker's poll state (``poll_sql``, a query with ``columns``: the first is the
-        partition, the one named ``unsequenced`` says it has messages to number) and the
-        sequencing round of those partitions, in one statement: each row of the poll state, in partition order, with
-        the partition's new head appended (None: not moved). None where the database has no
-        such statement (``Dialect.sequence_round_from``) or inside a transaction.
+    def round_fragment(self, topic: str, partitions: str, limit: int = SEQUENCE_BATCH) -> tuple[str, list[Any]] | None:
+        """The round as a set-returning function of a query -- to go in its FROM, rows
+        ``(moved_partition, moved_head)`` -- numbering the partitions of the array
+        expression ``partitions``, and its parameters. None where the database has no such
+        function (``Dialect.sequence_round_from``) or inside a transaction (the round must be
+        its own). Run it inside :meth:`stale_read_ahead`.
 
-        Issue 33: one round trip fewer between a message's commit and its handler. The
-        poll state is read first, in the statement's snapshot, without locks; the round's
-        function then runs only if a partition has unsequenced messages, and exactly once
-        (a MATERIALIZED CTE), with its own head locks and snapshots as when it is called
-        alone. A row gone before the round could number it raises :class:`StaleReadAhead`:
-        nothing was numbered, and the caller polls the separate way.
+        Issue 33: a worker's poll state and round in one statement
+        (``PollStore.poll_and_sequence``), one round trip fewer between a message's commit and
+        its handler. The function takes its own head locks and snapshots, as when it is
+        called alone.
         """
-        d, connection = self.dialect, self.connection
-        if d.sequence_round_from is None or connection.in_atomic_block:
+        d = self.dialect
+        if d.sequence_round_from is None or self.connection.in_atomic_block:
             return None
-        round_from = d.sequence_round_from.format(partitions="todo.parts")
-        p = f"polled.{columns[0]}"
-        sql = (
-            f"WITH polled ({', '.join(columns)}) AS MATERIALIZED ({poll_sql}), "
-            # The array of the partitions to number, and no row at all when there is none:
-            # the function is not called then (an idle poll stays a plain read).
-            f"todo AS (SELECT parts FROM (SELECT array_agg({p} ORDER BY {p})::bigint[] AS parts "
-            "FROM polled WHERE polled.unsequenced) a WHERE a.parts IS NOT NULL), "
-            f"moved AS MATERIALIZED (SELECT r.moved_partition, r.moved_head FROM todo, LATERAL {round_from} r) "
-            f"SELECT polled.*, moved.moved_head FROM polled LEFT JOIN moved ON moved.moved_partition = {p} "
-            f"ORDER BY {p}"
-        )
+        return d.sequence_round_from.format(partitions=partitions), [topic, limit, TOPIC_HOUR_SLOTS]
+
+    @contextmanager
+    def stale_read_ahead(self, topic: str) -> Iterator[None]:
+        """Raise :class:`StaleReadAhead` for the round's error "a row it was to number is
+        gone" (a purge between its read and its write: nothing was numbered)."""
         try:
-            return self._fetchall_hot(sql, [*poll_params, topic, limit, TOPIC_HOUR_SLOTS])
+            yield
         except DatabaseError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) == d.sequence_round_stale:
+            if getattr(exc.__cause__, "sqlstate", None) == self.dialect.sequence_round_stale:
                 raise StaleReadAhead(topic) from exc
             raise
 

@@ -7,7 +7,7 @@ Per poll and subscription (see ``loop.py`` for the cadence):
    that can pass acked rows are advanced (``db/store/acks.py``). A partition without the
    group's watermark row is skipped and reported to the lease keeper, which creates
    watermark rows (``threads/leasing.py``). On PostgreSQL the query and the sequencing
-   round are one statement (``Sequencer.poll_and_sequence``);
+   round are one statement (``PollStore.poll_and_sequence``);
 2. ``fetch``: one query for the fresh and due messages of every partition with work (with
    handler threads, no more partitions than threads are free, rotating);
 3. select each partition's batch: the lowest deliverable offsets up to ``batch_size``;
@@ -35,7 +35,7 @@ from dataclasses import replace
 from ..conf import QueueSettings
 from ..db.retry import Retrying
 from ..db.sequencer import Sequencer, StaleReadAhead
-from ..db.store import POLL_COLUMNS, FetchedMessage, FetchPlan, PartitionState, QueueStore
+from ..db.store import FetchedMessage, FetchPlan, PartitionState, QueueStore
 from ..instruments import NO_INSTRUMENTS, Instruments
 from .batch.outcomes import attempt_number, expired_error
 from .batch.runner import BatchRunner
@@ -128,9 +128,7 @@ class Poller:
         the order the store returned them; unsequenced messages are numbered first."""
         group, topic = sub.group, sub.topic
         began = time.perf_counter()
-        fused = None
-        if self.sequencer.dialect.sequence_round_from is not None:
-            fused = self.db("poll state", lambda: self._poll_and_sequence(sub))
+        fused = self._poll_and_sequence(sub)
         if fused is not None:
             states, heads = fused
         else:
@@ -162,19 +160,21 @@ class Poller:
 
     def _poll_and_sequence(self, sub: Subscription) -> tuple[list[PartitionState], dict[int, int]] | None:
         """PostgreSQL: the poll state and the sequencing round in one statement
-        (``Sequencer.poll_and_sequence``): the states, and the new heads of the partitions
-        numbered. None: not available here, or a row vanished before the round (a purge):
-        the caller polls the separate way, whose sequencer reads afresh."""
-        sql, params = self.store.poll_state_query(sub.group, sub.topic, sub.name, self.conf.LEASE_DURATION)
+        (``PollStore.poll_and_sequence``): the states, and the new heads of the partitions
+        numbered. None: the database has no such statement, or a row vanished before the
+        round (a purge): the caller polls the separate way, whose sequencer reads afresh."""
+        fragment = self.sequencer.round_fragment(sub.topic, "todo.parts")
+        if fragment is None:
+            return None
+
+        def poll() -> tuple[list[PartitionState], dict[int, int]]:
+            with self.sequencer.stale_read_ahead(sub.topic):
+                return self.store.poll_and_sequence(sub.group, sub.topic, sub.name, self.conf.LEASE_DURATION, fragment)
+
         try:
-            rows = self.sequencer.poll_and_sequence(sub.topic, sql, params, POLL_COLUMNS)
+            return self.db("poll state", poll)
         except StaleReadAhead:
             return None
-        if rows is None:
-            return None
-        states = self.store.poll_states([row[:-1] for row in rows])
-        heads = {int(row[0]): int(row[-1]) for row in rows if row[-1] is not None}
-        return states, heads
 
     def _plans(self, sub: Subscription, by_key: dict[int, PartitionState]) -> list[FetchPlan]:
         """What to fetch of each partition (fresh messages, due ones); watermarks that can

@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_sqlqueue import publish_many
 from django_sqlqueue.db.sequencer import Sequencer, StaleReadAhead, sequence
-from django_sqlqueue.db.store import POLL_COLUMNS, QueueStore
+from django_sqlqueue.db.store import PartitionState, QueueStore
 from django_sqlqueue.models import Message, Partition, TopicHour
 
 from ..support.engine_helpers import key_for_partition, leased
@@ -80,13 +80,13 @@ def test_a_worker_round_is_one_statement_that_numbers_moves_the_head_and_counts(
     assert Sequencer("default").sequence("pg.round", [0]) == {}
 
 
-def poll_and_sequence(topic: str, name: str = "w1") -> list[tuple]:
+def poll_and_sequence(topic: str, name: str = "w1") -> tuple[list[PartitionState], dict[int, int]]:
     """A worker's poll of ``topic`` in group g as ``name``, its state and round in one statement."""
-    store = QueueStore("default")
-    sql, params = store.poll_state_query("g", topic, name, 30.0)
-    rows = Sequencer("default").poll_and_sequence(topic, sql, params, POLL_COLUMNS)
-    assert rows is not None
-    return rows
+    sequencer = Sequencer("default")
+    fragment = sequencer.round_fragment(topic, "todo.parts")
+    assert fragment is not None
+    with sequencer.stale_read_ahead(topic):
+        return QueueStore("default").poll_and_sequence("g", topic, name, 30.0, fragment)
 
 
 def test_a_poll_reads_its_state_and_numbers_in_one_statement():
@@ -98,22 +98,25 @@ def test_a_poll_reads_its_state_and_numbers_in_one_statement():
     store.ensure_offsets("g", "pg.poll", [0, 1, 2])
     publish_many("pg.poll", [{"payload": i, "key": k0} for i in range(3)] + [{"payload": 9, "key": k1}])
     with CaptureQueriesContext(connection) as queries:
-        rows = poll_and_sequence("pg.poll")
+        states, heads = poll_and_sequence("pg.poll")
     assert len(queries.captured_queries) == 1
     # Partition 2 has nothing: not in the state. The others, with their heads before and after.
-    states = store.poll_states([row[:-1] for row in rows])
     assert [(st.partition, st.head, st.unsequenced) for st in states] == [(0, 0, True), (1, 0, True)]
-    assert [row[-1] for row in rows] == [3, 1]
+    assert heads == {0: 3, 1: 1}
     assert (head("pg.poll", 0), head("pg.poll", 1), head("pg.poll", 2)) == (3, 1, 0)
     assert counted("pg.poll") == 4
     # The next poll finds the numbered messages, and nothing to number: the round is not run.
-    rows = poll_and_sequence("pg.poll")
-    assert [(row[0], row[1], row[-1]) for row in rows] == [(0, 3, None), (1, 1, None)]
+    states, heads = poll_and_sequence("pg.poll")
+    assert [(st.partition, st.head, st.unsequenced) for st in states] == [(0, 3, False), (1, 1, False)]
+    assert heads == {}
     assert counted("pg.poll") == 4
     # Another worker's poll sees none of them, and numbers nothing.
     publish_many("pg.poll", [{"payload": 10, "key": k0}])
-    assert poll_and_sequence("pg.poll", name="w2") == []
+    assert poll_and_sequence("pg.poll", name="w2") == ([], {})
     assert head("pg.poll", 0) == 3
+    # Inside a transaction the round could not be its own: no fragment, the worker polls apart.
+    with transaction.atomic():
+        assert Sequencer("default").round_fragment("pg.poll", "todo.parts") is None
 
 
 def test_a_row_gone_before_a_polls_round_numbers_nothing(vanishing_rows):

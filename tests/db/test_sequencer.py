@@ -228,3 +228,12 @@ def test_bulk_sequence_numbers_many_partitions_densely_in_seq_order():
     assert sequence("s.bulk") == dict.fromkeys(range(4), 100)
     for p in range(4):
         assert offsets_by_seq("s.bulk", p) == list(range(1, 101))
+
+
+def test_the_round_as_a_fragment_of_a_poll_exists_only_where_the_database_has_the_function():
+    sequencer = Sequencer("default")
+    fragment = sequencer.round_fragment("t.frag", "todo.parts", limit=7)
+    if connection.vendor == "postgresql":
+        assert fragment == ("sqlqueue_sequence_round(%s, todo.parts, %s::integer, %s::integer)", ["t.frag", 7, 16])
+    else:
+        assert fragment is None  # MySQL/MariaDB and SQLite: the worker sequences apart from its poll

@@ -27,7 +27,8 @@ class Sequencing(SqlFragments):
     sequence_round_sql: str | None = None
     #: The same round as a set-returning function of a query (its FROM), with the partitions
     #: as ``{partitions}`` (an array expression); parameters: topic, limit, counter slots.
-    #: A worker's poll state and round in one statement (``Sequencer.poll_and_sequence``).
+    #: A worker's poll state and round in one statement (``PollStore.poll_and_sequence``,
+    #: given ``Sequencer.round_fragment``).
     sequence_round_from: str | None = None
     #: The SQLSTATE that statement raises when a row it was to number is gone.
     sequence_round_stale = "SQ001"

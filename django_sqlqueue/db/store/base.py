@@ -170,7 +170,7 @@ class StoreBase:
         message is delivered again; a forgotten delivery record, that its attempt did not
         count. Any later waiting commit -- a handler's own write, the next sequencing round --
         flushes them too. This takes one flush off the path from a message's commit to its
-        handler (issue 33: 5.3 flushes per message to 3.5 in the peer harness).
+        handler (issue 33: 5.3 WAL flushes per job to 3.4 in the peer harness).
         """
         sql = self.dialect.relaxed_commit_sql
         if sql is None or get_settings().SYNCHRONOUS_ACKS:

@@ -48,13 +48,41 @@ class PartitionState:
 
 
 class PollStore(StoreBase):
-    """The poll state (one statement per poll of a subscription); PostgreSQL's poll that
-    sequences in the same statement is ``Sequencer.poll_and_sequence``."""
+    """The poll state: one statement per poll of a subscription, which on PostgreSQL can
+    run the sequencing round as well (:meth:`poll_and_sequence`)."""
 
     def poll_state(self, group: str, topic: str, name: str, lease_duration: float) -> list[PartitionState]:
         """The partitions ``name`` validly leases that may have work, in partition order."""
         sql, params = self.poll_state_query(group, topic, name, lease_duration)
         return self.poll_states(self._fetchall_hot(f"{sql} ORDER BY l.{self.P}", params))
+
+    def poll_and_sequence(
+        self, group: str, topic: str, name: str, lease_duration: float, round_fragment: tuple[str, list[Any]]
+    ) -> tuple[list[PartitionState], dict[int, int]]:
+        """:meth:`poll_state` and the sequencing round of its partitions with unsequenced
+        messages in one statement (PostgreSQL; ``round_fragment`` is
+        ``Sequencer.round_fragment(topic, "todo.parts")``): the states, and the new head of
+        each partition the round numbered.
+
+        The poll state is read first, in the statement's snapshot, without locks (a
+        MATERIALIZED CTE: once). The round's function runs after it, exactly once, and only if
+        a partition has unsequenced messages: with none, ``todo`` has no row and an idle poll
+        stays a plain read. The states carry the heads read before the round.
+        """
+        poll_sql, poll_params = self.poll_state_query(group, topic, name, lease_duration)
+        round_sql, round_params = round_fragment
+        columns = ", ".join(POLL_COLUMNS)
+        sql = (
+            f"WITH polled ({columns}) AS MATERIALIZED ({poll_sql}), "
+            "todo AS (SELECT parts FROM (SELECT array_agg(partition_ ORDER BY partition_)::bigint[] AS parts "
+            "FROM polled WHERE unsequenced) a WHERE a.parts IS NOT NULL), "
+            f"moved AS MATERIALIZED (SELECT r.moved_partition, r.moved_head FROM todo, LATERAL {round_sql} r) "
+            f"SELECT {columns}, moved.moved_head FROM polled "
+            "LEFT JOIN moved ON moved.moved_partition = polled.partition_ ORDER BY polled.partition_"
+        )
+        rows = self._fetchall_hot(sql, [*poll_params, *round_params])
+        heads = {int(row[0]): int(row[-1]) for row in rows if row[-1] is not None}
+        return self.poll_states([row[:-1] for row in rows]), heads
 
     def poll_state_query(self, group: str, topic: str, name: str, lease_duration: float) -> tuple[str, list[Any]]:
         """The one query of :meth:`poll_state`, unordered, and its parameters; its columns are
