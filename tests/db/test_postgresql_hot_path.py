@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
-from django_sqlqueue import publish_many
+from django_sqlqueue import publish, publish_many
 from django_sqlqueue.db.sequencer import Sequencer, StaleReadAhead, sequence
 from django_sqlqueue.db.store import PartitionState, QueueStore
 from django_sqlqueue.models import Message, Partition, TopicHour
@@ -174,6 +174,32 @@ def test_with_prepared_statements_off_nothing_is_prepared():
     with override_settings(SQLQUEUE={**getattr(settings, "SQLQUEUE", {}), "PREPARED_STATEMENTS": False}):
         QueueStore("default").poll_state("g", "pg.prep", "w1", 30.0)
         assert prepared_poll_states() == 0
+
+
+def prepared_inserts() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%INSERT INTO queue_messages%"]
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_single_publish_is_prepared_and_a_batch_is_not():
+    connection.close()
+    for n in range(3):
+        publish("pg.prep", {"n": n})
+    assert prepared_inserts() == 1  # one statement text, planned once
+    with transaction.atomic():  # inside the caller's transaction (the outbox) as well
+        publish("pg.prep", {"n": 3})
+        publish("pg.prep", {"n": 4}, id="explicit-4")  # its id looked up first; ON CONFLICT
+    assert prepared_inserts() == 2
+    publish_many("pg.prep", [{"payload": n} for n in range(5, 8)])  # a batch's length varies
+    assert prepared_inserts() == 2
+    assert Message.objects.filter(topic="pg.prep").count() == 8
+    with override_settings(SQLQUEUE={**getattr(settings, "SQLQUEUE", {}), "PREPARED_STATEMENTS": False}):
+        connection.close()
+        publish("pg.prep", {"n": 8})
+        assert prepared_inserts() == 0
 
 
 RELAXED = "set_config('synchronous_commit', 'off', true)"

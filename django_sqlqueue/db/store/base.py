@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ...conf import get_settings
 from ...models import DeliveryState
@@ -18,6 +19,26 @@ from ..session import bound_engine_transaction
 IN_FLIGHT = DeliveryState.Status.IN_FLIGHT.value
 RETRY = DeliveryState.Status.RETRY.value
 SCHEDULED = DeliveryState.Status.SCHEDULED.value
+
+
+@contextmanager
+def preparing_cursor(connection: BaseDatabaseWrapper, dialect: Dialect) -> Iterator[Any]:
+    """A cursor of ``connection`` whose statements the server prepares (PostgreSQL with psycopg 3
+    and ``SQLQUEUE["PREPARED_STATEMENTS"]``): each statement text is parsed and planned once per
+    connection. Anywhere else Django's usual cursor. Either way wrapped as Django wraps its own
+    (error translation, ``execute_wrapper``s, the query log). For statements of a fixed shape:
+    each distinct text is one more prepared statement of the connection (psycopg keeps 100)."""
+    if dialect.prepares_statements and get_settings().PREPARED_STATEMENTS:
+        connection.ensure_connection()
+        raw = dialect.preparing_cursor(connection.connection)
+        if raw is not None:
+            # What connection.cursor() does with the driver's cursor; Django has no public
+            # way to choose the cursor class of one statement (nor do its type stubs list it).
+            with cast(Any, connection)._prepare_cursor(raw) as cursor:
+                yield cursor
+            return
+    with connection.cursor() as cursor:
+        yield cursor
 
 
 class StoreBase:
@@ -100,17 +121,9 @@ class StoreBase:
         1.0 ms planned each time (issue 33). Django's cursor wrapper still wraps it: its
         error translation, ``execute_wrapper``s and query log see it as any other.
         """
-        connection = self.connection
-        if self.dialect.prepares_statements and get_settings().PREPARED_STATEMENTS:
-            connection.ensure_connection()
-            raw = self.dialect.preparing_cursor(connection.connection)
-            if raw is not None:
-                # What connection.cursor() does with the driver's cursor; Django has no public
-                # way to choose the cursor class of one statement.
-                with connection._prepare_cursor(raw) as cursor:
-                    cursor.execute(sql, params)
-                    return cursor.fetchall()
-        return self._fetchall(sql, params)
+        with preparing_cursor(self.connection, self.dialect) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
 
     def now(self) -> dt.datetime:
         """Return the database's current time."""

@@ -41,6 +41,7 @@ from ...rules.partitioning import partition_for
 from ...rules.validation import MAX_ERROR_LENGTH, PreparedMessage, encode_json
 from ..dialects import get_dialect
 from ..dialects.base import MessageRow
+from .base import preparing_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -187,8 +188,17 @@ def _writing(connection: BaseDatabaseWrapper, *, single: bool) -> Iterator[Any]:
     and the caller's rollback undoes our writes anyway). In autocommit mode, one
     message is one INSERT, atomic on its own (the look-up of an explicit id before it
     writes nothing); a batch is wrapped in ``atomic()`` so that it is all or nothing.
+    A single message's statements are prepared where the database allows
+    (:func:`~.base.preparing_cursor`); a batch's vary in length and are not.
     """
-    if single or connection.in_atomic_block or not connection.get_autocommit():
+    if single:
+        # One message: a statement of a fixed shape (one per insert plan, ``insert_plan``),
+        # prepared on PostgreSQL -- parsed and planned once per connection instead of at
+        # each publish, which made publish() take 1.13x as long (docs/benchmarks.md, stop 42).
+        with preparing_cursor(connection, get_dialect(connection)) as cursor:
+            yield cursor
+        return
+    if connection.in_atomic_block or not connection.get_autocommit():
         with connection.cursor() as cursor:
             yield cursor
         return
