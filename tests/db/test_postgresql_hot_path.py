@@ -153,12 +153,15 @@ def test_a_stale_round_inside_a_callers_transaction_rolls_back_alone(vanishing_r
         assert Message.objects.filter(topic="pg.nested").count() == 1
 
 
-def prepared_poll_states() -> int:
+def prepared(pattern: str) -> int:
+    """How many statements like ``pattern`` this session has prepared."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%FROM queue_partition_leases l%"]
-        )
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [pattern])
         return int(cursor.fetchone()[0])
+
+
+def prepared_poll_states() -> int:
+    return prepared("%FROM queue_partition_leases l%")
 
 
 def test_the_hot_statements_are_prepared_once_per_connection():
@@ -177,11 +180,7 @@ def test_with_prepared_statements_off_nothing_is_prepared():
 
 
 def prepared_inserts() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%INSERT INTO queue_messages%"]
-        )
-        return int(cursor.fetchone()[0])
+    return prepared("%INSERT INTO queue_messages%")
 
 
 def test_a_single_publish_is_prepared_and_a_batch_is_not():
