@@ -60,8 +60,13 @@ class PostgreSQLDialect(Dialect):
             'SELECT ins.id, pg_notify(%s, ins."partition"::text) FROM ins',
             [*params, notify],
         )
+        if not skip_duplicates:
+            # Every row was inserted: the result need not be read (converting it took 7% of a
+            # publish's client CPU, by py-spy). The statement text is the same either way: one
+            # prepared statement.
+            return set()
         inserted = {row[0] for row in cursor.fetchall()}
-        return set(ids) - inserted if skip_duplicates else set()
+        return set(ids) - inserted
 
     def preparing_cursor(self, raw: Any) -> Any | None:
         """A server-side-binding cursor of Django's psycopg 3 connection ``raw`` that prepares

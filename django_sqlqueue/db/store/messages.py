@@ -40,7 +40,7 @@ from ...rules.notify_channels import channel_for
 from ...rules.partitioning import partition_for
 from ...rules.validation import MAX_ERROR_LENGTH, PreparedMessage, encode_json
 from ..dialects import get_dialect
-from ..dialects.base import MessageRow
+from ..dialects.base import Dialect, MessageRow
 from .base import preparing_cursor
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def write_messages(
             continue  # the same id twice in one batch: stored once
         first[m.id] = m
     explicit = [m.id for m in first.values() if m.explicit_id]
-    with _writing(connection, single=len(first) == 1) as cursor:
+    with _writing(connection, dialect, single=len(first) == 1) as cursor:
         limit = dialect.max_statement_bytes(cursor)
         # A plain read of the ids on the caller's connection: no lock (see existing_messages).
         existing = dialect.existing_messages(cursor, topic, explicit) if explicit else {}
@@ -181,7 +181,7 @@ def _check_same(topic: str, m: PreparedMessage, stored_key: str, stored_payload:
 
 
 @contextmanager
-def _writing(connection: BaseDatabaseWrapper, *, single: bool) -> Iterator[Any]:
+def _writing(connection: BaseDatabaseWrapper, dialect: Dialect, *, single: bool) -> Iterator[Any]:
     """Yield a cursor inside the caller's transaction, or inside one of our own.
 
     In a transaction, join it without a savepoint (a savepoint costs two round trips
@@ -195,7 +195,7 @@ def _writing(connection: BaseDatabaseWrapper, *, single: bool) -> Iterator[Any]:
         # One message: a statement of a fixed shape (one per insert plan, ``insert_plan``),
         # prepared on PostgreSQL -- parsed and planned once per connection instead of at
         # each publish, which made publish() take 1.13x as long (docs/benchmarks.md, stop 42).
-        with preparing_cursor(connection, get_dialect(connection)) as cursor:
+        with preparing_cursor(connection, dialect) as cursor:
             yield cursor
         return
     if connection.in_atomic_block or not connection.get_autocommit():
