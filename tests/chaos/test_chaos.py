@@ -1,4 +1,4 @@
-"""The chaos suite (``pytest -m chaos tests/chaos``; CI runs it after the ordinary suites).
+"""The chaos suite (``pytest -m chaos tests/chaos``; CI runs it beside the MariaDB suite).
 
 One run per database, on a server the test starts itself: >= 10,000 messages published
 while workers are killed, paused, disconnected, the server restarted and one handler hangs.

@@ -17,7 +17,7 @@ from django_sqlqueue.consumers import load_consumers, registry
 from django_sqlqueue.management.commands import runconsumer
 from django_sqlqueue.metrics.worker import WorkerMetrics
 
-from ..processes.test_metrics import free_port
+from ..support.ports import free_port
 
 
 @pytest.fixture

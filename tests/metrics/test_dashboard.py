@@ -35,7 +35,8 @@ from django_sqlqueue.metrics.gauges import QueueCollector, Snapshot
 from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.ops.base import store
 
-from ..processes.test_metrics import answers, free_port
+from ..processes.test_metrics import answers
+from ..support.ports import free_port
 from ..support.processes import wait_until
 from .test_prometheus import PROMETHEUS, TOKEN, prometheus, query, scalar  # noqa: F401 (a fixture)
 

@@ -8,7 +8,6 @@ nothing listens on (on SQLite, a file in a directory that does not exist).
 
 from __future__ import annotations
 
-import socket
 import warnings
 from collections.abc import Iterator
 
@@ -24,19 +23,13 @@ from django_sqlqueue.metrics import views
 from django_sqlqueue.metrics.gauges import read_snapshots
 from django_sqlqueue.metrics.worker import WorkerMetrics
 
+from ..support.ports import free_port
 from .test_metrics import TOKEN, URL, samples, value
 
 pytestmark = [
     pytest.mark.django_db(databases=["default", "second"], transaction=True),
     pytest.mark.usefixtures("second_routes"),  # second.* in the alias "second" (tests/conftest.py)
 ]
-
-
-def closed_port() -> int:
-    """A TCP port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -66,7 +59,7 @@ def unreachable(scene: None) -> Iterator[str]:
     if default["ENGINE"].endswith("sqlite3"):
         entry = {"ENGINE": default["ENGINE"], "NAME": "/nonexistent-sqlqueue-dir/down.sqlite3"}
     else:
-        entry = {**default, "HOST": "127.0.0.1", "PORT": str(closed_port()), "NAME": "down", "TEST": {}}
+        entry = {**default, "HOST": "127.0.0.1", "PORT": str(free_port()), "NAME": "down", "TEST": {}}
     entry = connections.configure_settings({"default": entry})["default"]
     connections["down"] = load_backend(entry["ENGINE"]).DatabaseWrapper(entry, "down")
     routes = {**settings.SQLQUEUE["TOPIC_DATABASES"], "down.*": "down"}

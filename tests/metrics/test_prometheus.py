@@ -24,7 +24,8 @@ from django_sqlqueue import ops, publish_many
 from django_sqlqueue.metrics import views
 from django_sqlqueue.models import PartitionLease
 
-from ..processes.test_metrics import answers, free_port
+from ..processes.test_metrics import answers
+from ..support.ports import free_port
 from ..support.processes import wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -11,7 +11,6 @@ import http.cookiejar
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,14 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from ..support.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(pattern: str, lines: list[str], proc: subprocess.Popen, timeout: float) -> re.Match[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
 import pytest
@@ -11,13 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_sqlqueue import publish_many
 from django_sqlqueue.db.store import QueueStore
 
+from ..support.ports import free_port
 from ..support.processes import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

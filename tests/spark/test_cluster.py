@@ -16,15 +16,10 @@ from django.db import connection
 
 from django_sqlqueue.models import Message
 
+from ..support.ports import free_port
 from .conftest import ROOT, spark_environment
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -46,7 +41,7 @@ def cluster(tmp_path):
     spark_environment()
     spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
     env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1"}
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -66,7 +61,7 @@ def cluster(tmp_path):
         "--port",
         str(port),
         "--webui-port",
-        str(_free_port()),
+        str(free_port()),
     )
     workdirs = []
     try:
@@ -84,7 +79,7 @@ def cluster(tmp_path):
                 "--work-dir",
                 str(workdir),
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
                 "--host",
                 "127.0.0.1",
                 url,

@@ -21,7 +21,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,14 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .ports import free_port
+
 MARIADBD = "/usr/sbin/mariadbd"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def postgres_bin_dir() -> Path | None:

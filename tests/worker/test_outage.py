@@ -28,6 +28,7 @@ from tests.support.processes import database_url
 from tests.support.tcpproxy import TcpProxy
 
 from ..support.engine_helpers import caught_up, not_on_sqlite, requires_vendor, wait_until
+from ..support.ports import free_port
 
 pytestmark = not_on_sqlite("an outage is a database server going away; SQLite is a file in the process")
 
@@ -38,17 +39,9 @@ KEYS = ["p0", "p1", "p2", "p3"]
 # -- classifying errors (real drivers, real refused connections) --------------------------
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nothing listens once the socket is closed
-
-
 @pytest.mark.django_db
 def test_a_refused_connection_is_unreachable_a_bad_query_is_not():
-    settings = {**connection.settings_dict, "HOST": "127.0.0.1", "PORT": str(_closed_port())}
+    settings = {**connection.settings_dict, "HOST": "127.0.0.1", "PORT": str(free_port())}
     wrapper = type(connections["default"])(settings, alias="unreachable")
     with pytest.raises(DatabaseError) as refused:
         wrapper.ensure_connection()
