@@ -13,6 +13,7 @@ from django_sqlqueue.models import Partition
 
 from ..support.engine_helpers import Calls, by_vendor, error_code, kill_session, requires_vendor, session_id
 from ..support.factories import PartitionFactory
+from ..support.ports import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_vendor("mysql", "postgresql")]
 
@@ -202,12 +203,9 @@ def test_other_exceptions_propagate_at_once():
 @requires_vendor("mysql")
 def test_a_stop_cuts_the_pauses_between_lost_connection_retries(spawn):
     """During an outage a stopping worker must not sit out the retry pauses (~1.5 s for 5 attempts)."""
-    import socket
     import time
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()
     wrapper = type(connections["default"])({**connection.settings_dict, "PORT": str(closed_port)}, alias="down")
     calls = Calls()
 

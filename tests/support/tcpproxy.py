@@ -9,13 +9,18 @@ from __future__ import annotations
 import socket
 import threading
 
+from .ports import free_port
+
 
 class TcpProxy:
     """Forward 127.0.0.1:<port> to ``target``; one thread per direction per connection."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        self.port = 0
+        # Chosen below the kernel's ephemeral range (ports.py): restore() listens on it again
+        # after a cut, when a connection of a suite running beside this one could have taken
+        # a port the kernel chose.
+        self.port = free_port()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._listener: socket.socket | None = None

@@ -61,9 +61,9 @@ class PostgreSQLDialect(Dialect):
             [*params, notify],
         )
         if not skip_duplicates:
-            # Every row was inserted: the result need not be read (converting it took 7% of a
-            # publish's client CPU, by py-spy). The statement text is the same either way: one
-            # prepared statement.
+            # Every row was inserted (a duplicate id would have raised): the result need not be
+            # read. Converting its row took 7% of a publish's client CPU (py-spy,
+            # docs/benchmarks.md, stop 43).
             return set()
         inserted = {row[0] for row in cursor.fetchall()}
         return set(ids) - inserted
