@@ -29,9 +29,11 @@ def scene(settings):
     return build()
 
 
-def history(*rows: tuple[int, int, int]) -> None:
-    """Samples of billing on orders: ``(minutes ago, handled total, lag)``."""
-    now = QueueStore("default").now_minute()
+def history(*rows: tuple[int, int, int], now: int | None = None) -> None:
+    """Samples of billing on orders: ``(minutes ago, handled total, lag)``, counted back from the
+    minute ``now`` (default: the database's current minute)."""
+    if now is None:
+        now = QueueStore("default").now_minute()
     for ago, handled, lag in rows:
         HistoryMinute.objects.update_or_create(
             consumer_group="billing",
@@ -109,14 +111,18 @@ def test_live_pages_update_in_place_and_the_toggle_pauses_them(page, live_server
 
 
 def test_the_group_page_redraws_its_summary_and_charts_live(page, live_server, scene):  # noqa: F811
-    history((5, 0, 0), (1, 10, 0))
+    # Both writes count from one minute: had the minute turned between them (the page loads in
+    # between, seconds on a loaded machine), the new sample would sit two minutes after the
+    # last one, and the lag line would stay lone samples (a CI rehearsal failed so).
+    minute = QueueStore("default").now_minute()
+    history((5, 0, 0), (1, 10, 0), now=minute)
     login(page, live_server)
     page.evaluate("window.localStorage.clear()")
     page.goto(group_url(live_server))
     assert page.inner_text("#history-summary").startswith("Not behind")
     assert page.locator("#chart-lag circle, #chart-lag polyline").count() == 2  # two lone samples
     mark_page(page)
-    history((0, 20, 250))
+    history((0, 20, 250), now=minute)
     page.wait_for_function(
         "document.getElementById('history-summary').textContent.startsWith('Behind since')", timeout=LIVE_WAIT_MS
     )
