@@ -204,6 +204,9 @@ class Report:
     late_fenced: int
     late_unfenced: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Why workers exited by themselves (status > 0): the last error line of each one's log,
+    #: counted. Reported, not judged: the hung handler's worker exits so by design.
+    exit_reasons: dict[str, int] = field(default_factory=dict)
 
     def recovery_stats(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -476,6 +479,19 @@ def by_partition(records: Iterable[Record]) -> dict[tuple[str, str, int], list[R
     return index
 
 
+def idle(
+    index: dict[tuple[str, str, int], list[Record]], gps: set[tuple[str, str, int]], after: float
+) -> set[tuple[str, str, int]]:
+    """Those of ``gps`` with no handling at all that started after ``after``: nothing to resume.
+
+    At the end of a run a fault can come after the last message of a partition was handled,
+    with none published to it after: there is then no handling to measure recovery by. A
+    partition stalled for good does not look so: its messages would be unhandled, and the
+    run counts them as lost (the drain waits for every message before the analysis).
+    """
+    return {gp for gp in gps if not any(r.start > after for r in index.get(gp, ()))}
+
+
 def resumed(
     index: dict[tuple[str, str, int], list[Record]],
     gps: set[tuple[str, str, int]],
@@ -629,11 +645,16 @@ def analyse(run: ChaosRun, duration: float) -> Report:
         if not gps:
             fault.note = "held no partition (nothing handled in the 2 s before)"
             continue
+        finished = idle(index, gps, fault.at)
+        if finished == gps:
+            fault.note = f"nothing left to resume: no message of its {len(gps)} partitions was handled after it"
+            continue
+        gps -= finished
         if fault.kind in ("connection kill", "hung handler"):  # the victim lives on: its own handlings count
             fault.recovery = resumed(index, gps, fault.at)
         else:
             fault.recovery = resumed(index, gps, fault.at, other_than=fault.pid)
-        fault.note = f"{len(gps)} partitions"
+        fault.note = f"{len(gps)} partitions" + (f" ({len(finished)} more had nothing left)" if finished else "")
         if (
             fault.kind.startswith("SIGSTOP")
             and fault.recovery is not None
@@ -650,8 +671,12 @@ def analyse(run: ChaosRun, duration: float) -> Report:
             problems.append(f"{fault.kind} at {run.t(fault.at):.1f}s (pid {fault.pid}): its partitions never resumed")
 
     exits: dict[str, int] = defaultdict(int)
-    for _slot, _pid, status, _at in run.supervisor.exits:
+    reasons: dict[str, int] = defaultdict(int)
+    for _slot, pid, status, _at in run.supervisor.exits:
         exits[str(status)] += 1
+        if status > 0:
+            process = next((p for p in run.supervisor.every if p.pid == pid), None)
+            reasons[exit_reason(process.log() if process is not None else "")] += 1
     failures = sum(p.attempts - 1 for p in published.values())
     return Report(
         database=run.kind,
@@ -664,11 +689,20 @@ def analyse(run: ChaosRun, duration: float) -> Report:
         faults=sorted(run.faults, key=lambda f: f.at),
         hung=hung,
         exits=dict(exits),
+        exit_reasons=dict(reasons),
         late_handlings=len(late),
         late_fenced=fenced,
         late_unfenced=unfenced,
         problems=problems,
     )
+
+
+def exit_reason(log: str) -> str:
+    """The last ERROR or CommandError line of a worker's log (timestamp and pid cut), or its last line."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if " ERROR " in line or line.startswith(("CommandError", "django.db."))]
+    line = (errors or lines or ["(empty log)"])[-1]
+    return re.sub(r"^\d{4}-\d\d-\d\d [\d:,]+ ", "", line)[:200]
 
 
 def _fmt(value: float | None) -> str:
@@ -712,6 +746,7 @@ def format_report(report: Report, t0: float) -> str:
             "redelivered"
         ),
         f"worker exits (status: count): {report.exits}",
+        *(f"  exited {n}x: {reason}" for reason, n in sorted(report.exit_reasons.items(), key=lambda r: -r[1])),
     ]
     for group, g in report.groups.items():
         for v in g["violations"]:
