@@ -104,7 +104,8 @@ class Views(Pages, TaskPages):
                     tab="groups",
                     title=f"Seek {group} on {topic}?",
                     summary=(
-                        f"{plan.redeliver} message(s) will be delivered again and {plan.skip} skipped "
+                        f"{'Up to ' if not plan.exact else ''}{plan.redeliver} message(s) will be delivered again "
+                        f"and {'up to ' if not plan.exact and plan.skip else ''}{plan.skip} skipped "
                         f"in {len(plan.partitions)} partition(s)."
                     ),
                     details=[
@@ -115,9 +116,7 @@ class Views(Pages, TaskPages):
                     ],
                     table={
                         "head": ["partition", "head", "watermark", "new watermark", "redelivered", "skipped"],
-                        "rows": [
-                            (r.partition, r.head, r.watermark, r.target, r.redeliver, r.skip) for r in plan.partitions
-                        ],
+                        "rows": [(r.partition, r.head, r.watermark, r.target, *r.shown()) for r in plan.partitions],
                     },
                     danger=plan.skip > 0,
                     back=back,

@@ -45,6 +45,13 @@ class SeekPartition:
     #: Messages that will be delivered again (rewind), or skipped (fast-forward).
     redeliver: int
     skip: int
+    #: False when the range moved was too long to count (``SeekReads.count_messages``): the
+    #: figures are then its offsets, an upper bound (a purge may have removed some).
+    exact: bool = True
+
+    def shown(self) -> tuple[str, str]:
+        """``redeliver`` and ``skip`` as an operator reads them ("up to N" when not exact)."""
+        return _upto(self.redeliver, self.exact), _upto(self.skip, self.exact)
 
 
 @dataclass(frozen=True)
@@ -68,10 +75,15 @@ class SeekPlan:
     def skip(self) -> int:
         return sum(p.skip for p in self.partitions)
 
+    @property
+    def exact(self) -> bool:
+        return all(p.exact for p in self.partitions)
+
     def describe(self) -> str:
         text = (
             f"seek {self.group} on {self.topic} to {self.mode} {self.value}".rstrip()
-            + f": {len(self.partitions)} partition(s), {self.redeliver} message(s) redelivered, {self.skip} skipped"
+            + f": {len(self.partitions)} partition(s), {_upto(self.redeliver, self.exact)} message(s) redelivered, "
+            f"{_upto(self.skip, self.exact)} skipped"
         )
         if self.created:
             verb = "is created" if self.applied else "will be created"
@@ -80,6 +92,10 @@ class SeekPlan:
                 "(garbage collection keeps its messages from now on)"
             )
         return text
+
+
+def _upto(n: int, exact: bool) -> str:
+    return str(n) if exact or not n else f"up to {n}"
 
 
 def _seek_args(offset: int | None, time: dt.datetime | None, position: str | None) -> tuple[str, str]:
@@ -149,15 +165,16 @@ def _plan(
     for part in chosen:
         head, mark = topic_heads.get(part, 0), wm.get(part, 0)
         target = _target(s, topic, part, max(head, mark), mode, offset, time)
+        exact = True
         if target < mark:
-            redeliver = s.count_messages(topic, part, target, mark) + s.count_acked(group, topic, part, mark, None)
-            skip = 0
+            moved, exact = s.count_messages(topic, part, target, mark)
+            redeliver, skip = moved + s.count_acked(group, topic, part, mark, None), 0
         elif target > mark:
-            redeliver = 0
-            skip = s.count_messages(topic, part, mark, target) - s.count_acked(group, topic, part, mark, target)
+            moved, exact = s.count_messages(topic, part, mark, target)
+            redeliver, skip = 0, moved - s.count_acked(group, topic, part, mark, target)
         else:
             redeliver = skip = 0
-        rows.append(SeekPartition(part, head, mark, target, redeliver, max(0, skip)))
+        rows.append(SeekPartition(part, head, mark, target, redeliver, max(0, skip), exact))
     return SeekPlan(group, topic, mode, value, rows, created=not wm)
 
 

@@ -93,8 +93,8 @@ def positions_by_time(alias: str, topic: str, stamps: Timestamps) -> dict[int, i
     """Per partition, the offset just below the first message published at or after its time.
 
     A partition without such a message starts at its head; one without a time (not named
-    in ``startingOffsetsByTimestamp``) at its oldest retained message. This reads the
-    partition's rows: ``published_at`` has no index.
+    in ``startingOffsetsByTimestamp``) at its oldest retained message. Each is a search of
+    probes (:meth:`~django_sqlqueue.db.store.seek_reads.SeekReads.first_offset`).
     """
     from ..db.store import QueueStore
     from ..db.store.log import LogFilter, LogStore

@@ -29,7 +29,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from bench.growth_fill import PARTITIONS, TOPIC, fill
+from bench.growth_fill import PARTITIONS, SPAN_SECONDS, TOPIC, fill
+from django_sqlqueue.db.store.seek_reads import TIME_SLACK, WALK
 from tests.support.engine_helpers import not_on_sqlite, requires_vendor
 
 pytestmark = [
@@ -267,8 +268,9 @@ def _ops() -> dict[str, Callable[[], object]]:
 #: Rows a bounded statement may examine: the sequencer's backlog (TAIL) and the dead letters
 #: (1,000) with room to spare, three orders of magnitude below the log.
 BOUNDED = 5_000
-#: A partition of the log: what a statement filtered by time may walk (no index on published_at).
-PARTITION = N // PARTITIONS + TAIL
+#: What a search by time may read forward (no index on published_at): twice the messages a
+#: partition of the log gets in TIME_SLACK, plus the offsets the probes leave between them.
+TIME_WALK = 2 * int(N // PARTITIONS * TIME_SLACK.total_seconds() / SPAN_SECONDS) + WALK
 OFFSET, TOPIC_SEQ, UNIQUE_ID = "queue_msg_offset", "queue_msg_topic_seq", "queue_msg_unique_id"
 #: PostgreSQL's and SQLite's partial index of the unsequenced rows (migration 0003).
 UNSEQUENCED = "queue_msg_unsequenced"
@@ -433,12 +435,28 @@ PLANS = (
         (TOPIC_SEQ,),
         (TOPIC_SEQ, PRIMARY["postgresql"]),
     ),
+    # By time: probes of single entries, then a read forward over about TIME_SLACK of the
+    # partition's messages (seek_reads.py), never the partition's whole retained log.
+    Plan(
+        "seek/Spark: a probe by time",
+        rf"^SELECT {O_}, published_at FROM queue_messages .* ORDER BY {O_} (DESC )?LIMIT 1$",
+        (OFFSET,),
+        (OFFSET,),
+        5,
+    ),
+    Plan(
+        "seek/Spark: a seq probe by time",
+        r"^SELECT seq, published_at FROM queue_messages .* ORDER BY seq (DESC )?LIMIT 1$",
+        (TOPIC_SEQ,),
+        (TOPIC_SEQ, PRIMARY["postgresql"]),
+    ),
     Plan(
         "seek/Spark: first offset by time",
-        rf"^SELECT {O_} FROM queue_messages .* IS NOT NULL AND published_at >= .* LIMIT 1$",
+        rf"^SELECT {O_} FROM queue_messages .* {O_} >= \S+ AND (seq > \S+ AND )?published_at >= .* LIMIT 1$",
         (OFFSET,),
         (OFFSET,),
-        PARTITION,
+        TIME_WALK,
+        pinned=True,
     ),
     Plan(
         "seek: first offset",

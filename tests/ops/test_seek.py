@@ -11,6 +11,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from django_sqlqueue.db.store import seek_reads
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, PartitionLease
 from django_sqlqueue.ops.base import OperationError
 from django_sqlqueue.ops.groups import list_groups
@@ -38,6 +39,19 @@ def test_seek_preview_counts_redelivered_and_skipped_without_writing():
         invisible_until=timezone.now(),
     )
     assert plan_seek("retired", "orders", position="latest", partitions=[0]).skip == scene.heads[0] - 1
+
+
+def test_a_range_too_long_to_count_is_shown_as_up_to_its_offsets(monkeypatch):
+    # 20 messages per partition in the scene; a cap of 5 leaves them uncounted: the preview
+    # gives the offsets moved as an upper bound and says so, everywhere it is shown.
+    build()
+    exact = plan_seek("shipping", "orders", position="earliest")
+    monkeypatch.setattr(seek_reads, "COUNT_CAP", 5)
+    plan = plan_seek("shipping", "orders", position="earliest")
+    assert not plan.exact and plan.redeliver == exact.redeliver
+    assert "up to 20 message(s) redelivered" in plan.describe()
+    assert all(p.shown()[0].startswith("up to ") for p in plan.partitions if p.redeliver)
+    assert exact.exact and "up to" not in exact.describe()
 
 
 def test_seek_to_earliest_creates_a_group_that_does_not_exist():

@@ -81,6 +81,10 @@ class SqlFragments:
     #: keep the planner off a scan of the whole table where no index hint exists
     #: (PostgreSQL: ``SET LOCAL enable_seqscan``); None where ``use_index`` does it.
     no_table_scan_sql: tuple[str, str] | None = None
+    #: Whether an entry of a secondary index of ``queue_messages`` holds the row's ``seq``, so
+    #: a read through the index tests ``seq`` without reading the row: InnoDB's entries end
+    #: in the primary key, SQLite's in the rowid (``seq`` is it); PostgreSQL's do not.
+    index_entries_hold_seq = True
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection

@@ -30,6 +30,8 @@ class PostgreSQLDialect(Dialect):
     # eight is cheaper as a scan of the table than through the index, by the statistics --
     # until the table holds 10,000,000 messages (issue 32: seen after an ANALYZE at 1M).
     no_table_scan_sql = ("SET LOCAL enable_seqscan = off", "SET LOCAL enable_seqscan TO DEFAULT")
+    # Index entries point at heap tuples: a seek by time gains nothing by a bound on seq.
+    index_entries_hold_seq = False
     # One round trip for a worker's sequencing round instead of seven (migration 0011).
     sequence_round_sql = (
         "SELECT moved_partition, moved_head FROM sqlqueue_sequence_round(%s, %s::bigint[], %s::integer, %s::integer)"

@@ -28,7 +28,8 @@ from typing import Protocol, TypeVar
 
 from django.db import transaction
 
-from .base import StoreBase, in_list
+from .base import in_list
+from .seek_reads import SeekReads
 
 #: Tables a group's rows live in, the lease first (the fence), in the order they are deleted.
 GROUP_TABLES = (
@@ -59,65 +60,6 @@ class SeekMoves(Protocol):
 
 
 PlanT = TypeVar("PlanT", bound=SeekMoves)
-
-
-class SeekReads(StoreBase):
-    """The plain reads a seek's plan takes (no locks): where a partition starts, and how many
-    messages and acked deliveries lie in a range of its offsets."""
-
-    def first_offset(self, topic: str, partition: int, since: dt.datetime | None = None) -> int | None:
-        """Return the smallest offset in the partition (published at or after ``since``), or None."""
-        # The first entry of the partition's offset range, one index dive (pinned: ``MIN()``
-        # with ``IS NOT NULL`` made MariaDB read the partition's whole range, 125,000 rows at
-        # 1,000,000 messages; issue 32).
-        sql = (
-            f"SELECT {self.OFF} FROM queue_messages {self.dialect.use_index('queue_msg_offset')} "
-            f"WHERE topic = %s AND {self.P} = %s AND {self.OFF} IS NOT NULL"
-        )
-        params: list[object] = [topic, partition]
-        if since is not None:
-            # No index on published_at: this walks the partition in offset order up to the first
-            # message published at ``since`` (an operator action, not a hot path).
-            sql += " AND published_at >= %s"
-            params.append(self.dialect.adapt_datetime(since))
-        rows = self._fetchall(f"{sql} ORDER BY {self.OFF} LIMIT 1", params)
-        return int(rows[0][0]) if rows else None
-
-    def count_messages(self, topic: str, partition: int, low: int, high: int) -> int:
-        """Count the partition's messages with ``low < offset <= high``.
-
-        One range of the offset index, pinned: a range that spans a whole partition looks
-        cheaper as a scan of the table to an optimizer with statistics (PostgreSQL read all
-        1,013,001 rows of a 1M log for 125,000 offsets).
-        """
-        d = self.dialect
-        sql = (
-            f"SELECT COUNT(*) FROM queue_messages {d.use_index('queue_msg_offset')} WHERE topic = %s "
-            f"AND {self.P} = %s AND {self.OFF} > %s AND {self.OFF} <= %s"
-        )
-        params = [topic, partition, low, high]
-        if d.no_table_scan_sql is None:
-            ((n,),) = self._fetchall(sql, params)
-            return int(n)
-        off, back = d.no_table_scan_sql
-        with transaction.atomic(using=self.using):  # SET LOCAL lasts until the transaction ends
-            self._execute(off)
-            ((n,),) = self._fetchall(sql, params)
-            self._execute(back)
-        return int(n)
-
-    def count_acked(self, group: str, topic: str, partition: int, low: int, high: int | None) -> int:
-        """Count ``group``'s acked delivery rows of the partition with ``low < offset [<= high]``."""
-        sql = (
-            f"SELECT COUNT(*) FROM queue_delivery_state WHERE consumer_group = %s AND topic = %s AND {self.P} = %s "
-            "AND acked = %s AND message_offset > %s"
-        )
-        params: list[object] = [group, topic, partition, True, low]
-        if high is not None:
-            sql += " AND message_offset <= %s"
-            params.append(high)
-        ((n,),) = self._fetchall(sql, params)
-        return int(n)
 
 
 class PositionStore(SeekReads):

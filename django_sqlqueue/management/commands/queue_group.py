@@ -155,7 +155,7 @@ def do_seek(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
     plan = ops.plan_seek(o["group"], o["topic"], **kwargs)
     rows = cmd.table(
         ("partition", "head", "watermark", "new watermark", "redelivered", "skipped"),
-        [(r.partition, r.head, r.watermark, r.target, r.redeliver, r.skip) for r in plan.partitions],
+        [(r.partition, r.head, r.watermark, r.target, *r.shown()) for r in plan.partitions],
     )
     if o["dry_run"]:
         cmd.emit(o, plan, [*rows, "(dry run) " + plan.describe()])
@@ -168,7 +168,7 @@ def do_seek(cmd: SubcommandCommand, o: dict[str, Any]) -> None:
         [
             *cmd.table(
                 ("partition", "old watermark", "new watermark", "redelivered", "skipped"),
-                [(r.partition, r.watermark, r.target, r.redeliver, r.skip) for r in done.partitions],
+                [(r.partition, r.watermark, r.target, *r.shown()) for r in done.partitions],
             ),
             done.describe(),
         ],

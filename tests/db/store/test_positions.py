@@ -130,7 +130,7 @@ def test_seek_plan_inputs_count_messages_and_acked_rows():
     DeliveryStateFactory(consumer_group=G, topic=T, partition=A, message_offset=7, acked=True)
     s = store()
     assert s.group_watermarks(G, T) == {A: 5, B: 5}
-    assert s.count_messages(T, A, 2, 5) == 3
+    assert s.count_messages(T, A, 2, 5) == (3, True)
     assert s.count_acked(G, T, A, 5, None) == 1 and s.count_acked(G, T, A, 7, None) == 0
     assert s.first_offset(T, A) == 1
     assert s.first_offset(T, A, timezone.now() + dt.timedelta(minutes=1)) is None
