@@ -99,13 +99,13 @@ class Views(Pages, TaskPages):
                 raise ops.OperationError(f"unknown seek mode {mode!r}.")
             if not confirmed(request):
                 plan = ops.plan_seek(group, topic, **kwargs)
+                redeliver, skip = plan.shown()
                 return self.confirm(
                     request,
                     tab="groups",
                     title=f"Seek {group} on {topic}?",
                     summary=(
-                        f"{'Up to ' if not plan.exact else ''}{plan.redeliver} message(s) will be delivered again "
-                        f"and {'up to ' if not plan.exact and plan.skip else ''}{plan.skip} skipped "
+                        f"{redeliver.capitalize()} message(s) will be delivered again and {skip} skipped "
                         f"in {len(plan.partitions)} partition(s)."
                     ),
                     details=[

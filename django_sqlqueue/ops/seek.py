@@ -79,11 +79,15 @@ class SeekPlan:
     def exact(self) -> bool:
         return all(p.exact for p in self.partitions)
 
+    def shown(self) -> tuple[str, str]:
+        """``redeliver`` and ``skip`` as an operator reads them ("up to N" when not exact)."""
+        return _upto(self.redeliver, self.exact), _upto(self.skip, self.exact)
+
     def describe(self) -> str:
+        redeliver, skip = self.shown()
         text = (
             f"seek {self.group} on {self.topic} to {self.mode} {self.value}".rstrip()
-            + f": {len(self.partitions)} partition(s), {_upto(self.redeliver, self.exact)} message(s) redelivered, "
-            f"{_upto(self.skip, self.exact)} skipped"
+            + f": {len(self.partitions)} partition(s), {redeliver} message(s) redelivered, {skip} skipped"
         )
         if self.created:
             verb = "is created" if self.applied else "will be created"

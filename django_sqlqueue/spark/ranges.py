@@ -104,9 +104,10 @@ def positions_by_time(alias: str, topic: str, stamps: Timestamps) -> dict[int, i
     heads = log.head_offsets(topic)
     retained = {p: first for p, first, _ in log.offset_ranges(topic, LogFilter())}
     marks: dict[int, int] = {}
+    store = QueueStore(alias)  # one store: the partitions of one time share its seq search
     for partition, head in heads.items():
         moment = times.get(partition, times.get(EVERY_PARTITION))
-        first = QueueStore(alias).first_offset(topic, partition, moment) if moment else retained.get(partition)
+        first = store.first_offset(topic, partition, moment) if moment else retained.get(partition)
         marks[partition] = head if first is None else first - 1
     return marks
 

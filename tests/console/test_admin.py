@@ -17,6 +17,7 @@ from django_sqlqueue.console.actionlog import ActionLogPage
 from django_sqlqueue.console.actions import Views
 from django_sqlqueue.console.pages import Pages
 from django_sqlqueue.console.tasks import TaskPages
+from django_sqlqueue.db.store import seek_reads
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, Message, PartitionLease, PausedTopic, QueueConsole
 
 from ..support.console_client import login, u
@@ -267,6 +268,15 @@ def test_seek_confirmation_shows_counts_then_applies_and_logs(scene, operator):
     assert done.status_code == 302
     assert all(o.offset_acked == 0 for o in ConsumerOffset.objects.filter(consumer_group="shipping"))
     assert "20 message(s) redelivered" in last_log().change_message
+
+
+def test_seek_confirmation_of_a_range_too_long_to_count_says_up_to(scene, operator, monkeypatch):
+    monkeypatch.setattr(seek_reads, "COUNT_CAP", 0)  # no range is counted: the offsets are shown
+    html = operator.post(u("seek", "shipping", "orders"), {"mode": "earliest"}).content.decode()
+    assert "Up to 20 message(s) will be delivered again and 0 skipped" in html
+    assert "up to 0" not in html.lower()
+    html = operator.post(u("seek", "retired", "orders"), {"mode": "latest"}).content.decode()
+    assert "0 message(s) will be delivered again and up to 20 skipped" in html
 
 
 def test_seek_bad_input_shows_the_error_and_changes_nothing(scene, operator):

@@ -42,15 +42,16 @@ def test_seek_preview_counts_redelivered_and_skipped_without_writing():
 
 
 def test_a_range_too_long_to_count_is_shown_as_up_to_its_offsets(monkeypatch):
-    # 20 messages per partition in the scene; a cap of 5 leaves them uncounted: the preview
-    # gives the offsets moved as an upper bound and says so, everywhere it is shown.
+    # 20 messages in the scene's partitions; a cap of 0 leaves every range uncounted: the
+    # preview gives the offsets moved, an upper bound, and says so wherever it is shown.
     build()
     exact = plan_seek("shipping", "orders", position="earliest")
-    monkeypatch.setattr(seek_reads, "COUNT_CAP", 5)
+    monkeypatch.setattr(seek_reads, "COUNT_CAP", 0)
     plan = plan_seek("shipping", "orders", position="earliest")
-    assert not plan.exact and plan.redeliver == exact.redeliver
-    assert "up to 20 message(s) redelivered" in plan.describe()
-    assert all(p.shown()[0].startswith("up to ") for p in plan.partitions if p.redeliver)
+    assert not plan.exact and plan.redeliver == exact.redeliver == 20
+    assert "up to 20 message(s) redelivered, 0 skipped" in plan.describe()
+    moved = [p for p in plan.partitions if p.redeliver]
+    assert moved and all(p.shown() == (f"up to {p.redeliver}", "0") for p in moved)
     assert exact.exact and "up to" not in exact.describe()
 
 

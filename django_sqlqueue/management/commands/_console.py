@@ -27,7 +27,7 @@ Subcommand = tuple[str, Callable[[CommandParser], None], Handler]
 def to_jsonable(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         out = asdict(value)
-        for name in ("lag", "redeliver", "skip", "total", "unconsumed"):
+        for name in ("lag", "redeliver", "skip", "exact", "total", "unconsumed"):
             if hasattr(type(value), name) and isinstance(getattr(type(value), name), property):
                 out[name] = getattr(value, name)
         return to_jsonable(out)

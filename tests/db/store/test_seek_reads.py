@@ -142,3 +142,24 @@ def test_counts_a_range_exactly_up_to_the_cap_and_gives_longer_ones_as_offsets(
     assert s.count_messages(T, P, 300, 1_000) == (700, False)  # the offsets: an upper bound
     assert s.count_messages(T, P, 2_000, 5_000) == (0, True)  # above the head
     assert s.count_messages(T, P + 5, 0, 5_000) == (0, True)  # an empty partition
+
+
+def test_naive_and_year_one_times() -> None:
+    published = {o: BASE + dt.timedelta(minutes=o) for o in range(1, 200)}
+    fill(published)
+    s = store()
+    since = BASE + dt.timedelta(minutes=100)
+    assert s.first_offset(T, P, since.replace(tzinfo=None)) == s.first_offset(T, P, since) == 100  # naive = UTC
+    assert s.first_offset(T, P, dt.datetime(1, 1, 1, tzinfo=dt.UTC)) == 1  # no OverflowError
+
+
+def test_the_seq_search_runs_once_per_store_topic_and_time() -> None:
+    fill({o: BASE + dt.timedelta(minutes=o) for o in range(1, N + 1)})
+    s, since = store(), BASE + dt.timedelta(minutes=1_000)
+    with CaptureQueriesContext(connection) as first:
+        s.first_offset(T, P, since)
+    with CaptureQueriesContext(connection) as second:
+        s.first_offset(T, P + 1, since)
+    seq_probes = [q for q in first if "seq, published_at" in q["sql"]]
+    assert bool(seq_probes) == (connection.vendor != "postgresql")  # PostgreSQL has no seq search
+    assert not [q for q in second if "seq, published_at" in q["sql"]]
