@@ -41,7 +41,7 @@ class SeekReads(StoreBase):
 
         By time, a search whose cost does not grow with the retained log (issue 32):
         ``published_at`` has no index, and a read in offset order up to ``since`` walked the
-        partition's whole log (15 s a partition at 10,000,000 messages on MariaDB). Two
+        partition's whole log (13-15 s a partition at 10,000,000 messages on MariaDB). Two
         orders almost agree with ``published_at``, the time the row was written (the
         database's clock, at the INSERT statement):
 
