@@ -438,7 +438,7 @@ PLANS = (
     # By time: probes of single entries, then a read forward over about TIME_SLACK of the
     # partition's messages (seek_reads.py), never the partition's whole retained log.
     Plan(
-        "seek/Spark: a probe by time",
+        "seek/Spark: a partition's first offset, or a probe by time",
         rf"^SELECT {O_}, published_at FROM queue_messages .* ORDER BY {O_} (DESC )?LIMIT 1$",
         (OFFSET,),
         (OFFSET,),
@@ -457,13 +457,6 @@ PLANS = (
         (OFFSET,),
         TIME_WALK,
         pinned=True,
-    ),
-    Plan(
-        "seek: first offset",
-        rf"^SELECT {O_} FROM queue_messages .* IS NOT NULL ORDER BY {O_} LIMIT 1$",
-        (OFFSET,),
-        (OFFSET,),
-        5,
     ),
     Plan(
         "seek: messages in the range moved",

@@ -69,12 +69,8 @@ class SeekReads(StoreBase):
             # The first entry of the partition's offset range, one index dive (pinned: ``MIN()``
             # with ``IS NOT NULL`` made MariaDB read the partition's whole range, 125,000 rows at
             # 1,000,000 messages; issue 32).
-            rows = self._fetchall(
-                f"SELECT {self.OFF} FROM queue_messages {self.dialect.use_index('queue_msg_offset')} "
-                f"WHERE topic = %s AND {self.P} = %s AND {self.OFF} IS NOT NULL ORDER BY {self.OFF} LIMIT 1",
-                [topic, partition],
-            )
-            return int(rows[0][0]) if rows else None
+            first = self._probe_offset(topic, partition, None, False)
+            return first[0] if first else None
         if since.tzinfo is None:  # naive = UTC, as Django's adapters took it before
             since = since.replace(tzinfo=dt.UTC)
         moment = _earlier(since, TIME_SLACK)
